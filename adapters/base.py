@@ -1,0 +1,83 @@
+"""What every platform adapter provides to the runtime (SPEC §2, §9).
+
+An adapter owns one platform connection. Inbound, it turns SDK events into `BotMessage` /
+`PlatformEvent` and hands them to the sink the runtime bound to it; the sink returns quickly
+(turns run in the background), so platforms that need a fast acknowledgement get one.
+Outbound, it sends, edits, deletes and reacts, reporting every outcome as a
+`MessageActionResult` instead of raising, so one failed action never stops a turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from bots.types import BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+
+InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+
+
+class Adapter(ABC):
+    platform: ClassVar[str]
+    capabilities: ClassVar[PlatformCapabilities]
+    #: The PlatformEvent kinds this adapter can deliver; a kind not listed is never emitted.
+    emits: ClassVar[frozenset[str]] = frozenset()
+    #: How often the runtime renews the typing indicator while a turn runs.
+    typing_interval_s: ClassVar[float] = 4.0
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        self.self_user: BotUser | None = None  # known once start() has logged in
+        self._sink: InboundSink | None = None
+
+    def bind(self, sink: InboundSink) -> None:
+        self._sink = sink
+
+    async def dispatch(self, item: BotMessage | PlatformEvent) -> None:
+        """Hand an inbound item to the runtime; a failure there never kills the connection."""
+        if self._sink is None:
+            log.warning("%s: inbound item dropped, adapter not bound to a runtime", self.platform)
+            return
+        try:
+            await self._sink(item)
+        except Exception:
+            log.exception("%s: runtime failed to accept an inbound item", self.platform)
+
+    @abstractmethod
+    async def start(self) -> None: ...
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+    @abstractmethod
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """Post one message (already within the length limit); `message_id` is set on ok."""
+
+    async def edit(
+        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot edit messages")
+
+    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
+        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot delete messages")
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
+        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot react")
+
+    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
+        """Show the typing indicator once; the runtime renews it every `typing_interval_s`."""
+
+    def home_chat(self) -> str | None:
+        """The chat that the `<platform>` target (SPEC §9) resolves to, if configured."""
+        return getattr(self.config, "home_chat", None) or None

@@ -1,0 +1,111 @@
+"""The console platform: talk to an agent in a terminal or through a pipe.
+
+Lines from stdin are messages from one local user in a DM; replies go to stdout. Reading
+happens in a thread so the event loop never blocks on the terminal. A streamed reply is
+printed as it grows (an edit that extends the text prints only the new part), so a terminal
+shows tokens arriving and a pipe receives clean lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from typing import ClassVar, TextIO
+
+from adapters.base import Adapter
+from bots.config import ConsoleConfig
+from bots.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+
+CHAT_ID = "console"
+
+
+class ConsoleAdapter(Adapter):
+    platform = "console"
+    capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
+        max_message_length=None, can_react=False, markdown="none"
+    )
+
+    def __init__(
+        self, config: ConsoleConfig | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None
+    ) -> None:
+        super().__init__(config or ConsoleConfig())
+        self._in = stdin or sys.stdin
+        self._out = stdout or sys.stdout
+        self._ids = itertools.count(1)
+        self._shown: dict[str, str] = {}  # message id -> text printed so far
+        self._open_line = False  # a streamed message may still grow on the current line
+        self._reader: asyncio.Task[None] | None = None
+        self.finished = asyncio.Event()  # set at end of input
+        self._user = BotUser("local", "local", self.config.user_name)
+        self._channel = BotChannel(CHAT_ID, "dm", "console")
+
+    async def start(self) -> None:
+        self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
+        self._reader = asyncio.create_task(self._read_lines())
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        self._end_line()
+        self._out.flush()
+
+    async def _read_lines(self) -> None:
+        try:
+            while True:
+                line = await asyncio.to_thread(self._in.readline)
+                if not line:
+                    break
+                text = line.rstrip("\r\n")
+                if text.strip():
+                    await self.dispatch(self._message(text))
+        finally:
+            self.finished.set()
+
+    def _message(self, text: str) -> BotMessage:
+        return BotMessage(
+            message_id=str(next(self._ids)),
+            content=text,
+            sender=self._user,
+            channel=self._channel,
+            platform=self.platform,
+        )
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+    def _end_line(self) -> None:
+        if self._open_line:
+            self._write("\n")
+            self._open_line = False
+
+    async def send(
+        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
+    ) -> MessageActionResult:
+        self._end_line()
+        message_id = f"out-{next(self._ids)}"
+        self._write(text)
+        self._open_line = True
+        self._shown[message_id] = text
+        return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def edit(
+        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        shown = self._shown.get(message_id)
+        if shown is None:
+            return MessageActionResult("failed", chat_id, "message to edit not found")
+        if text.startswith(shown) and self._open_line:
+            self._write(text[len(shown) :])
+        else:
+            self._end_line()
+            self._write(text)
+            self._open_line = True
+        self._shown[message_id] = text
+        return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
+        if self._shown.pop(message_id, None) is None:
+            return MessageActionResult("failed", chat_id, "message to delete not found")
+        return MessageActionResult("ok", chat_id)

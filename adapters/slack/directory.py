@@ -1,0 +1,149 @@
+"""Cached Web API look-ups the inbound path needs: user names, channel kinds, thread roots.
+
+A busy channel would otherwise cost one `users.info` per mention and one
+`conversations.replies` per thread reply; Slack rate-limits those methods (tier 3/4), so each
+answer is kept in a bounded cache. A failed look-up degrades (the raw id, no quote) instead of
+dropping the message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any, Generic, TypeVar
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bots.types import ChannelType
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_MISSING = object()
+
+
+class BoundedCache(Generic[K, V]):
+    """A small LRU map: old entries fall out so a long-running bot's memory stays flat."""
+
+    def __init__(self, max_entries: int = 2048) -> None:
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._max = max_entries
+
+    def get(self, key: K, default: Any = None) -> Any:
+        if key not in self._data:
+            return default
+        self._data.move_to_end(key)
+        return self._data[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def put(self, key: K, value: V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
+    def add_if_new(self, key: K, value: V) -> bool:
+        """Claim a key atomically (no await in between); False when it was already there."""
+        if key in self._data:
+            return False
+        self.put(key, value)
+        return True
+
+
+def channel_type_from_slack(slack_type: str | None) -> ChannelType | None:
+    """Map the Events API `channel_type` onto SPEC §3 channel types."""
+    return {"channel": "channel", "group": "group", "mpim": "group", "im": "dm"}.get(slack_type or "")
+
+
+def _channel_type_from_info(info: dict[str, Any]) -> ChannelType:
+    if info.get("is_im"):
+        return "dm"
+    if info.get("is_mpim") or info.get("is_private") or info.get("is_group"):
+        return "group"
+    return "channel"
+
+
+class SlackDirectory:
+    def __init__(self, client: AsyncWebClient, max_entries: int = 2048) -> None:
+        self._client = client
+        self._users: BoundedCache[str, dict[str, Any] | None] = BoundedCache(max_entries)
+        self._channels: BoundedCache[str, ChannelType] = BoundedCache(max_entries)
+        self._roots: BoundedCache[tuple[str, str], dict[str, Any] | None] = BoundedCache(max_entries)
+
+    async def user(self, user_id: str) -> dict[str, Any] | None:
+        """`users.info`, once per user; a user that cannot be looked up is remembered as None."""
+        cached = self._users.get(user_id, _MISSING)
+        if cached is not _MISSING:
+            return cached
+        profile: dict[str, Any] | None = None
+        try:
+            response = await self._client.users_info(user=user_id)
+            profile = response.get("user")
+        except SlackApiError as exc:
+            log.info("slack: users.info for %s failed: %s", user_id, exc.response.get("error"))
+        except Exception as exc:  # network trouble: do not cache, try again next time
+            log.warning("slack: users.info for %s failed: %s", user_id, type(exc).__name__)
+            return None
+        self._users.put(user_id, profile)
+        return profile
+
+    async def display_name(self, user_id: str) -> str:
+        """The name people see in Slack: display name, else real name, else handle, else id."""
+        profile = await self.user(user_id)
+        if not profile:
+            return user_id
+        details = profile.get("profile") or {}
+        return (
+            details.get("display_name")
+            or profile.get("real_name")
+            or details.get("real_name")
+            or profile.get("name")
+            or user_id
+        )
+
+    def remember_channel(self, channel_id: str, channel_type: ChannelType) -> None:
+        self._channels.put(channel_id, channel_type)
+
+    async def channel_type(self, channel_id: str) -> ChannelType:
+        """For events that carry no `channel_type` (app_mention, slash commands)."""
+        cached = self._channels.get(channel_id)
+        if cached is not None:
+            return cached
+        try:
+            response = await self._client.conversations_info(channel=channel_id)
+            kind = _channel_type_from_info(response.get("channel") or {})
+        except Exception as exc:
+            log.info("slack: conversations.info for %s failed (%s); guessing from the id", channel_id, exc)
+            return "dm" if channel_id.startswith("D") else "group" if channel_id.startswith("G") else "channel"
+        self._channels.put(channel_id, kind)
+        return kind
+
+    def remember_root(self, channel_id: str, ts: str, message: dict[str, Any]) -> None:
+        self._roots.put((channel_id, ts), message)
+
+    async def thread_root(self, channel_id: str, thread_ts: str) -> dict[str, Any] | None:
+        """The first message of a thread via `conversations.replies`, cached per thread."""
+        key = (channel_id, thread_ts)
+        cached = self._roots.get(key, _MISSING)
+        if cached is not _MISSING:
+            return cached
+        try:
+            response = await self._client.conversations_replies(
+                channel=channel_id, ts=thread_ts, limit=1, inclusive=True
+            )
+        except SlackApiError as exc:
+            log.info("slack: conversations.replies failed: %s", exc.response.get("error"))
+            self._roots.put(key, None)
+            return None
+        except Exception as exc:
+            log.warning("slack: conversations.replies failed: %s", type(exc).__name__)
+            return None
+        messages = response.get("messages") or []
+        root = next((m for m in messages if m.get("ts") == thread_ts), None)
+        self._roots.put(key, root)
+        return root

@@ -1,0 +1,104 @@
+"""The python-telegram-bot pieces we tune: the bot's update parsing and the update processor.
+
+- `TolerantBot` keeps one malformed update from stalling polling. Stock PTB parses a
+  `getUpdates` batch in one go; if any update fails to parse, the whole batch is dropped
+  without advancing the offset, so the same batch is fetched (and fails) forever. Here the
+  batch is re-read and parsed update by update; an unparsable one is replaced by an empty
+  `Update` with its id, which the handlers ignore but which still advances the offset.
+- `PerChatUpdateProcessor` handles updates of different chats concurrently (PTB's default
+  handles one at a time) while keeping each chat's updates in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Sequence
+from typing import Any
+
+from telegram import Update
+from telegram.error import TelegramError
+from telegram.ext import BaseUpdateProcessor, ExtBot
+
+log = logging.getLogger(__name__)
+
+
+class TolerantBot(ExtBot[None]):
+    """An `ExtBot` whose polling survives updates it cannot parse."""
+
+    async def get_updates(  # type: ignore[override]
+        self,
+        offset: int | None = None,
+        limit: int | None = None,
+        timeout: Any = None,
+        allowed_updates: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> tuple[Update, ...]:
+        try:
+            return await super().get_updates(
+                offset=offset, limit=limit, timeout=timeout, allowed_updates=allowed_updates, **kwargs
+            )
+        except TelegramError:
+            raise
+        except Exception:
+            log.warning("telegram: a polled batch did not parse; re-reading it update by update")
+        return await self._reparse(offset, limit)
+
+    async def _reparse(self, offset: int | None, limit: int | None) -> tuple[Update, ...]:
+        params: dict[str, Any] = {"timeout": 0}
+        if offset is not None:
+            params["offset"] = offset
+        if limit is not None:
+            params["limit"] = limit
+        raw = await self.do_api_request("getUpdates", api_kwargs=params)
+        if not isinstance(raw, list):
+            return ()
+        return tuple(update for update in map(self._parse_one, raw) if update is not None)
+
+    def _parse_one(self, data: Any) -> Update | None:
+        try:
+            update = Update.de_json(data, self)
+            self.insert_callback_data(update)
+            return update
+        except Exception:
+            update_id = data.get("update_id") if isinstance(data, dict) else None
+            log.error("telegram: skipped malformed update %s", update_id if update_id is not None else "?")
+            if isinstance(update_id, int):
+                return Update(update_id=update_id)  # keeps the offset moving past it
+            return None
+
+
+class PerChatUpdateProcessor(BaseUpdateProcessor):
+    """Concurrent across chats, in order within a chat.
+
+    PTB starts one task per update in arrival order; each task takes its chat's FIFO lock
+    before its first suspension point, so the lock queue mirrors the arrival order.
+    """
+
+    def __init__(self, max_concurrent_updates: int = 64) -> None:
+        super().__init__(max_concurrent_updates)
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._users: dict[int, int] = {}
+
+    async def do_process_update(self, update: object, coroutine: Awaitable[Any]) -> None:
+        chat = update.effective_chat if isinstance(update, Update) else None
+        if chat is None:
+            await coroutine
+            return
+        key = chat.id
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock:
+                await coroutine
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key]
+                del self._locks[key]
+
+    async def initialize(self) -> None:
+        """Nothing to set up; locks are created on demand."""
+
+    async def shutdown(self) -> None:
+        """Nothing to tear down; PTB waits for running updates itself."""

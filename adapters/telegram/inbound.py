@@ -1,0 +1,455 @@
+"""Telegram updates → `BotMessage` / `PlatformEvent` (SPEC §3, §6).
+
+Pure functions of a python-telegram-bot `Update` and the bot's own identity, so every rule
+(what counts as a mention, which reply is real, which content may issue commands) can be read
+and tested in one place without a network connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from telegram import (
+    Chat,
+    ChatMember,
+    ChatMemberUpdated,
+    Message,
+    MessageEntity,
+    MessageReactionUpdated,
+    ReactionType,
+    Update,
+    User,
+)
+
+from bots.types import (
+    META_MENTIONS_BOT,
+    META_REPLY_TO_BOT,
+    META_SCOPE,
+    BotChannel,
+    BotMessage,
+    BotUser,
+    ChannelType,
+    MessageType,
+    PlatformEvent,
+    QuotedRef,
+)
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "telegram"
+
+#: Member statuses that mean "inside the chat" (restricted members may or may not be).
+_PRESENT = {ChatMember.OWNER, ChatMember.ADMINISTRATOR, ChatMember.MEMBER}
+
+
+@dataclass(frozen=True, slots=True)
+class Me:
+    """The bot's own identity, needed to recognise mentions of it and replies to it."""
+
+    user_id: int
+    username: str
+
+    def is_me(self, user: User | None) -> bool:
+        return user is not None and user.id == self.user_id
+
+
+# --- identities --------------------------------------------------------------------------
+
+
+def user_of(user: User) -> BotUser:
+    return BotUser(
+        user_id=str(user.id),
+        username=user.username or "",
+        display_name=user.full_name or "",
+        is_bot=bool(user.is_bot),
+    )
+
+
+def sender_of(message: Message) -> BotUser:
+    """The author; channel posts and anonymous admins speak as a chat, not a user."""
+    if message.sender_chat is not None:
+        chat = message.sender_chat
+        return BotUser(user_id=str(chat.id), username=chat.username or "", display_name=chat.title or "")
+    if message.from_user is not None:
+        return user_of(message.from_user)
+    return BotUser(user_id=str(message.chat.id))
+
+
+def channel_type_of(chat: Chat) -> ChannelType:
+    if chat.type == Chat.PRIVATE:
+        return "dm"
+    if chat.type == Chat.CHANNEL:
+        return "channel"
+    return "group"  # group and supergroup (forums included; topics go to thread_id)
+
+
+def channel_of(chat: Chat) -> BotChannel:
+    title = chat.title or chat.full_name or chat.username or ""
+    return BotChannel(channel_id=str(chat.id), channel_type=channel_type_of(chat), title=title)
+
+
+def thread_of(message: Message) -> str | None:
+    """Only forum-topic messages belong to a thread; plain reply chains also carry an id."""
+    if message.is_topic_message and message.message_thread_id is not None:
+        return str(message.message_thread_id)
+    return None
+
+
+# --- content -----------------------------------------------------------------------------
+
+
+def _file(kind: str, media: Any, *, mime: str | None = None, filename: str | None = None) -> dict[str, Any]:
+    attachment: dict[str, Any] = {
+        "type": kind,
+        "file_id": media.file_id,
+        "file_unique_id": media.file_unique_id,
+        "mime": mime if mime is not None else getattr(media, "mime_type", None),
+        "size": getattr(media, "file_size", None),
+        "filename": filename if filename is not None else getattr(media, "file_name", None),
+    }
+    for extra in ("width", "height", "duration"):
+        value = getattr(media, extra, None)
+        if value is not None:
+            attachment[extra] = value.total_seconds() if hasattr(value, "total_seconds") else value
+    return attachment
+
+
+def _location(message: Message) -> tuple[dict[str, Any], str]:
+    loc = message.venue.location if message.venue else message.location
+    attachment: dict[str, Any] = {"type": "location", "latitude": loc.latitude, "longitude": loc.longitude}
+    description = f"Location: {loc.latitude}, {loc.longitude}"
+    if message.venue is not None:
+        attachment.update(type="venue", title=message.venue.title, address=message.venue.address)
+        description = f"Venue: {message.venue.title}, {message.venue.address} ({loc.latitude}, {loc.longitude})"
+    return attachment, description
+
+
+def _contact(message: Message) -> tuple[dict[str, Any], str]:
+    contact = message.contact
+    name = " ".join(p for p in (contact.first_name, contact.last_name) if p)
+    attachment = {
+        "type": "contact",
+        "phone_number": contact.phone_number,
+        "first_name": contact.first_name,
+        "last_name": contact.last_name,
+        "user_id": str(contact.user_id) if contact.user_id else None,
+        "vcard": contact.vcard,
+        "mime": "text/vcard" if contact.vcard else None,
+    }
+    return attachment, f"Contact: {name} {contact.phone_number}".strip()
+
+
+def media_of(message: Message) -> tuple[MessageType, list[dict[str, Any]], str]:
+    """Message type, attachments, and a description for content that has no text of its own.
+
+    Animation is checked before document: Telegram sends both for GIFs, for old clients.
+    """
+    if message.photo:
+        largest = max(message.photo, key=lambda p: (p.width * p.height, p.file_size or 0))
+        return MessageType.IMAGE, [_file("photo", largest, mime="image/jpeg")], ""
+    if message.animation:
+        return MessageType.VIDEO, [_file("animation", message.animation)], ""
+    if message.video:
+        return MessageType.VIDEO, [_file("video", message.video)], ""
+    if message.video_note:
+        return MessageType.VIDEO, [_file("video_note", message.video_note, mime="video/mp4")], ""
+    if message.voice:
+        return MessageType.AUDIO, [_file("voice", message.voice)], ""
+    if message.audio:
+        return MessageType.AUDIO, [_file("audio", message.audio)], ""
+    if message.sticker:
+        sticker = message.sticker
+        mime = "video/webm" if sticker.is_video else "application/x-tgsticker" if sticker.is_animated else "image/webp"
+        attachment = _file("sticker", sticker, mime=mime)
+        attachment["emoji"] = sticker.emoji
+        return MessageType.STICKER, [attachment], sticker.emoji or ""
+    if message.document:
+        return MessageType.FILE, [_file("document", message.document)], ""
+    if message.location or message.venue:
+        attachment, description = _location(message)
+        return MessageType.LOCATION, [attachment], description
+    if message.contact:
+        attachment, description = _contact(message)
+        return MessageType.FILE, [attachment], description
+    return MessageType.TEXT, [], ""
+
+
+def _entities(message: Message) -> dict[MessageEntity, str]:
+    if message.text is not None:
+        return message.parse_entities()
+    if message.caption is not None:
+        return message.parse_caption_entities()
+    return {}
+
+
+def mentions_me(message: Message, me: Me) -> bool:
+    """An @username mention or a text_mention (users without a username) of this bot."""
+    handle = f"@{me.username}".lower()
+    for entity, text in _entities(message).items():
+        if entity.type == MessageEntity.MENTION and text.lower() == handle:
+            return True
+        if entity.type == MessageEntity.TEXT_MENTION and me.is_me(entity.user):
+            return True
+    return False
+
+
+def is_command(message: Message) -> bool:
+    return any(
+        entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0 for entity in _entities(message)
+    )
+
+
+# --- replies and quotes ------------------------------------------------------------------
+
+
+def real_reply(message: Message) -> Message | None:
+    """The message replied to, ignoring the topic header every forum message points at."""
+    replied = message.reply_to_message
+    if replied is None:
+        return None
+    if replied.forum_topic_created is not None and replied.message_id == message.message_thread_id:
+        return None
+    return replied
+
+
+def quoted_of(message: Message, me: Me) -> QuotedRef | None:
+    """What the user replied to: the part they quoted if any, else the whole message."""
+    partial = message.quote.text if message.quote is not None else ""
+    replied = real_reply(message)
+    if replied is not None:
+        author = "bot" if me.is_me(replied.from_user) else "user"
+        text = partial or replied.text or replied.caption or ""
+        return QuotedRef(message_id=str(replied.message_id), text=text, author=author)
+    external = message.external_reply
+    if external is not None:
+        message_id = str(external.message_id) if external.message_id is not None else ""
+        return QuotedRef(message_id=message_id, text=partial, author="user")
+    return None
+
+
+def _untrusted(message: Message) -> bool:
+    """Content that is not a person's direct instruction may not run commands (SPEC §3)."""
+    author = message.from_user
+    return bool(
+        message.forward_origin is not None
+        or message.is_automatic_forward
+        or message.via_bot is not None
+        or (author is not None and author.is_bot)
+    )
+
+
+# --- messages ----------------------------------------------------------------------------
+
+
+def is_service(message: Message) -> bool:
+    """Join/leave/topic notices and similar: they become events (or nothing), never turns."""
+    return bool(
+        message.new_chat_members
+        or message.left_chat_member
+        or message.forum_topic_created
+        or message.pinned_message
+        or message.migrate_to_chat_id
+        or message.migrate_from_chat_id
+        or message.group_chat_created
+        or message.supergroup_chat_created
+        or message.new_chat_title
+        or message.new_chat_photo
+        or message.delete_chat_photo
+    )
+
+
+def message_of(message: Message, me: Me) -> BotMessage | None:
+    """A turn for the agent, or None for messages that carry nothing we can represent."""
+    if is_service(message):
+        return None
+    media_type, attachments, description = media_of(message)
+    text = message.text if message.text is not None else (message.caption or description)
+    if not text and not attachments:
+        log.debug("telegram: ignoring message %s with no supported content", message.message_id)
+        return None
+    message_type = MessageType.COMMAND if is_command(message) else media_type
+    replied = real_reply(message)
+    metadata: dict[str, Any] = {
+        META_MENTIONS_BOT: mentions_me(message, me),
+        META_REPLY_TO_BOT: replied is not None and me.is_me(replied.from_user),
+        META_SCOPE: str(message.chat.id),
+    }
+    if message.forward_origin is not None:
+        metadata["forwarded"] = True
+    if message.chat.is_forum:
+        metadata["forum"] = True
+    return BotMessage(
+        message_id=str(message.message_id),
+        content=text,
+        sender=sender_of(message),
+        channel=channel_of(message.chat),
+        message_type=message_type,
+        timestamp=message.date,
+        reply_to=str(replied.message_id) if replied is not None else None,
+        thread_id=thread_of(message),
+        attachments=attachments,
+        quoted=quoted_of(message, me),
+        metadata=metadata,
+        allow_control=not _untrusted(message),
+        platform=PLATFORM,
+    )
+
+
+def callback_of(update: Update, me: Me) -> BotMessage | None:
+    """An inline-button press: a direct human action, delivered as a `callback` turn."""
+    query = update.callback_query
+    if query is None or query.data is None or not isinstance(query.message, Message):
+        return None
+    origin = query.message
+    return BotMessage(
+        message_id=f"cb:{query.id}",
+        content={"text": query.data, "data": query.data},
+        sender=user_of(query.from_user),
+        channel=channel_of(origin.chat),
+        message_type=MessageType.CALLBACK,
+        reply_to=str(origin.message_id),
+        thread_id=thread_of(origin),
+        metadata={
+            META_MENTIONS_BOT: False,
+            META_REPLY_TO_BOT: me.is_me(origin.from_user),
+            META_SCOPE: str(origin.chat.id),
+            "callback_query_id": query.id,
+        },
+        allow_control=not query.from_user.is_bot,
+        platform=PLATFORM,
+    )
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+def _reaction_key(reaction: ReactionType) -> str:
+    """Unicode emoji as themselves, custom emoji by id, paid reactions as `paid`."""
+    emoji = getattr(reaction, "emoji", None)
+    if emoji:
+        return str(emoji)
+    custom = getattr(reaction, "custom_emoji_id", None)
+    if custom:
+        return f"custom:{custom}"
+    return str(reaction.type)
+
+
+def reaction_events(update: Update) -> list[PlatformEvent]:
+    """One event per emoji that appeared or disappeared between old and new reaction lists."""
+    change: MessageReactionUpdated | None = update.message_reaction
+    if change is None:
+        return []
+    old = [_reaction_key(r) for r in change.old_reaction]
+    new = [_reaction_key(r) for r in change.new_reaction]
+    actor = change.user.id if change.user is not None else change.actor_chat.id if change.actor_chat else 0
+    events = []
+    for kind, emojis in (("reaction_removed", [e for e in old if e not in new]),
+                         ("reaction_added", [e for e in new if e not in old])):
+        for emoji in emojis:
+            events.append(
+                PlatformEvent(
+                    kind=kind,  # type: ignore[arg-type]
+                    platform=PLATFORM,
+                    chat_id=str(change.chat.id),
+                    user_id=str(actor),
+                    message_id=str(change.message_id),
+                    emoji=emoji,
+                    event_id=f"u{update.update_id}:{kind}:{emoji}",
+                    raw=change,
+                )
+            )
+    return events
+
+
+def edit_event(update: Update) -> PlatformEvent | None:
+    message = update.edited_message or update.edited_channel_post
+    if message is None:
+        return None
+    stamp = int(message.edit_date.timestamp()) if message.edit_date else update.update_id
+    return PlatformEvent(
+        kind="message_edited",
+        platform=PLATFORM,
+        chat_id=str(message.chat.id),
+        user_id=sender_of(message).user_id,
+        message_id=str(message.message_id),
+        new_text=message.text if message.text is not None else (message.caption or ""),
+        thread_id=thread_of(message),
+        event_id=f"edit:{message.message_id}:{stamp}",
+        raw=message,
+    )
+
+
+def _member_event(kind: str, chat: Chat, user: User, stamp: int, raw: Any, thread_id: str | None = None) -> PlatformEvent:
+    """Keyed on (kind, user, second) so a join seen both as a service message and as a
+    `chat_member` update is reported once by the runtime's dedup."""
+    return PlatformEvent(
+        kind=kind,  # type: ignore[arg-type]
+        platform=PLATFORM,
+        chat_id=str(chat.id),
+        user_id=str(user.id),
+        thread_id=thread_id,
+        event_id=f"{kind}:{user.id}:{stamp}",
+        raw=raw,
+    )
+
+
+def service_events(message: Message) -> list[PlatformEvent]:
+    """Join, leave and new-topic notices carried as service messages."""
+    stamp = int(message.date.timestamp())
+    events = [_member_event("member_joined", message.chat, user, stamp, message) for user in message.new_chat_members]
+    if message.left_chat_member is not None:
+        events.append(_member_event("member_left", message.chat, message.left_chat_member, stamp, message))
+    if message.forum_topic_created is not None:
+        events.append(
+            PlatformEvent(
+                kind="thread_created",
+                platform=PLATFORM,
+                chat_id=str(message.chat.id),
+                user_id=sender_of(message).user_id,
+                message_id=str(message.message_id),
+                new_text=message.forum_topic_created.name,  # the topic's title
+                thread_id=str(message.message_thread_id or message.message_id),
+                event_id=f"topic:{message.message_id}",
+                raw=message,
+            )
+        )
+    return events
+
+
+def _is_present(member: ChatMember) -> bool:
+    if member.status in _PRESENT:
+        return True
+    return member.status == ChatMember.RESTRICTED and bool(getattr(member, "is_member", False))
+
+
+def membership_event(update: Update) -> PlatformEvent | None:
+    """`chat_member` / `my_chat_member`: a join or leave when presence flips."""
+    change: ChatMemberUpdated | None = update.chat_member or update.my_chat_member
+    if change is None:
+        return None
+    before, after = _is_present(change.old_chat_member), _is_present(change.new_chat_member)
+    if before == after:
+        return None
+    kind = "member_joined" if after else "member_left"
+    stamp = int(change.date.timestamp())
+    return _member_event(kind, change.chat, change.new_chat_member.user, stamp, change)
+
+
+def normalise(update: Update, me: Me) -> list[BotMessage | PlatformEvent]:
+    """Everything the runtime should hear about one update, in order."""
+    message = update.message or update.channel_post
+    if message is not None:
+        items: list[BotMessage | PlatformEvent] = list(service_events(message))
+        turn = message_of(message, me)
+        if turn is not None:
+            items.append(turn)
+        return items
+    if update.callback_query is not None:
+        return [m for m in (callback_of(update, me),) if m is not None]
+    if update.message_reaction is not None:
+        return list(reaction_events(update))
+    found: Iterable[PlatformEvent | None] = (edit_event(update), membership_event(update))
+    return [item for item in found if item is not None]

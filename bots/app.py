@@ -1,0 +1,336 @@
+"""The runtime: wires adapters, the inbound pipeline, agents and delivery together (SPEC §2).
+
+Adapters hand items to `submit`, which returns at once (platforms want a fast ack) and runs
+`handle` in a task. `handle` takes the conversation's lock *before* its first await, so the
+arrival order of a conversation's messages is the order of its turns, while other
+conversations run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters.base import Adapter
+from bots.agents import Agent, AgentError, History
+from bots.commands import BUILTIN_COMMANDS, CommandContext, run_command
+from bots.config import BotConfig, Config, load_config
+from bots.conversations import ConversationLocks
+from bots.delivery import Delivery, ReplyChannel
+from bots.hooks import HookEvent, HookRegistry
+from bots.replies import chunk_text
+from bots.router import Router, conversation_key
+from bots.store import Store, open_store
+from bots.types import BotMessage, MessageActionResult, PlatformEvent
+from policies import BotLoopGuard, BotLoopPolicy, decide_access, decide_gate
+
+log = logging.getLogger(__name__)
+
+ADAPTER_CLASSES = {
+    "console": "adapters.console:ConsoleAdapter",
+    "telegram": "adapters.telegram:TelegramAdapter",
+    "discord": "adapters.discord:DiscordAdapter",
+    "slack": "adapters.slack:SlackAdapter",
+}
+APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
+
+
+@dataclass
+class TurnOutcome:
+    """What the pipeline did with one inbound item; tests and benchmarks read it."""
+
+    status: str  # replied, silent, cancelled, command, observed, duplicate, dropped_*, denied, ...
+    delivery: Delivery | None = None
+    detail: str = ""
+
+    @property
+    def message_ids(self) -> list[str]:
+        return self.delivery.message_ids if self.delivery else []
+
+
+@dataclass
+class _Platform:
+    adapter: Adapter
+    config: BotConfig
+    loop_guard: BotLoopGuard = field(default_factory=BotLoopGuard)
+
+
+def load_adapter_class(platform: str) -> type[Adapter]:
+    module_name, _, class_name = ADAPTER_CLASSES[platform].partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+class App:
+    def __init__(self, config: Config, *, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or open_store(config.store.url)
+        self.hooks = HookRegistry()
+        self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
+        self.router = Router(config.routes, default_agent=next(iter(self.agents)))
+        self.history = History(self.store)
+        self.adapters: dict[str, Adapter] = {}
+        self._platforms: dict[str, _Platform] = {}
+        self._locks = ConversationLocks()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._started_at = time.monotonic()
+        self._dropped_logged: dict[frozenset[str], float] = {}
+
+    @classmethod
+    def from_config(
+        cls, source: str | os.PathLike[str] | Mapping[str, Any] | Config, *, store: Store | None = None
+    ) -> App:
+        config = source if isinstance(source, Config) else load_config(source)
+        return cls(config, store=store)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def add_adapter(self, adapter: Adapter) -> None:
+        """Attach an adapter (the registry does this in `start`; tests attach their own)."""
+        name = adapter.platform
+        policy = self.config.bot_config_for(name)
+        guard = BotLoopGuard(BotLoopPolicy.from_dict(policy.bot_loop_protection))
+        self.adapters[name] = adapter
+        self._platforms[name] = _Platform(adapter, policy, guard)
+        adapter.bind(self.submit)
+
+    async def start(self, platforms: Iterable[str] | None = None) -> None:
+        """Connect the store and start every enabled platform (or just `platforms`)."""
+        await self.store.connect()
+        wanted = set(platforms) if platforms is not None else None
+        for name, section in self.config.enabled_platforms().items():
+            if (wanted is not None and name not in wanted) or name in self.adapters:
+                continue
+            self.add_adapter(load_adapter_class(name)(section))
+        for name, adapter in list(self.adapters.items()):
+            try:
+                await adapter.start()
+            except Exception as exc:
+                log.error("platform %s failed to start: %s", name, exc)
+                self.adapters.pop(name)
+                self._platforms.pop(name)
+        self._started_at = time.monotonic()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        for name, adapter in self.adapters.items():
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("platform %s did not stop cleanly", name)
+        await self.store.close()
+
+    async def drain(self) -> None:
+        """Wait until every submitted item has been handled (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*set(self._tasks), return_exceptions=True)
+
+    @property
+    def uptime(self) -> float:
+        return time.monotonic() - self._started_at
+
+    # --- inbound --------------------------------------------------------------------------
+
+    async def submit(self, item: BotMessage | PlatformEvent) -> None:
+        """Accept an item and return at once; the turn runs in the background."""
+        task = asyncio.create_task(self.handle(item))
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("turn crashed", exc_info=task.exception())
+
+    async def handle(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
+        if isinstance(item, PlatformEvent):
+            return await self._handle_event(item)
+        async with self._locks.hold(conversation_key(item)):
+            return await self._handle_message(item)
+
+    async def _first_time(self, *parts: str) -> bool:
+        key = "dedup:" + ":".join(parts)
+        return await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds)
+
+    async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
+        if event.event_id and not await self._first_time(event.platform, event.chat_id, "event", event.event_id):
+            return TurnOutcome("duplicate")
+        await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
+        return TurnOutcome("event")
+
+    async def _handle_message(self, msg: BotMessage) -> TurnOutcome:
+        platform = self._platforms.get(msg.platform)
+        if platform is None:
+            log.warning("message from platform %r that has no adapter; dropped", msg.platform)
+            return TurnOutcome("dropped_unknown_platform")
+        if not await self._first_time(msg.platform, msg.channel.channel_id, msg.message_id):
+            return TurnOutcome("duplicate")
+        dropped = self._screen_author(msg, platform)
+        if dropped:
+            return TurnOutcome(dropped)
+
+        verdict = decide_access(msg, platform.config)
+        if verdict != "admit":
+            log.info("%s: message from unadmitted user %s dropped (%s)", msg.platform, msg.sender.user_id, verdict)
+            return TurnOutcome("denied", detail=verdict)
+
+        gate = decide_gate(msg, platform.config.group_policy)
+        if gate == "ignore":
+            return TurnOutcome("ignored")
+
+        if self.hooks.has("message_received"):
+            event = await self.hooks.run(HookEvent("message_received", {"message": msg.to_dict()}, message=msg))
+            if event.denied or event.message is None:
+                return TurnOutcome("hook_denied")
+            msg = event.message
+
+        target = self.router.resolve(msg)
+        if target is None or target.kind != "agent" or target.name not in self.agents:
+            log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
+            return TurnOutcome("unroutable")
+        agent = self.agents[target.name]
+        conversation = conversation_key(msg)
+
+        if gate == "observe":
+            await self.history.append(conversation, agent.config.max_history, self._user_entry(msg))
+            return TurnOutcome("observed")
+
+        reply = ReplyChannel(platform.adapter, msg, platform.config, self.hooks)
+        if msg.allow_control and msg.command in BUILTIN_COMMANDS:
+            ctx = CommandContext(msg, agent, conversation, self.history, self.uptime)
+            return TurnOutcome("command", await reply.send_text(await run_command(ctx)))
+        return await self._agent_turn(msg, agent, conversation, reply)
+
+    def _screen_author(self, msg: BotMessage, platform: _Platform) -> str | None:
+        """Our own echoes, bots when not allowed, bot loops, commands for other bots."""
+        me = platform.adapter.self_user
+        if me is not None and msg.sender.user_id == me.user_id:
+            return "dropped_self"
+        if msg.sender.is_bot:
+            if not platform.config.allow_bots:
+                return "dropped_bot"
+            self_id = me.user_id if me else msg.platform
+            now = time.time()
+            if not platform.loop_guard.observe(self_id, msg.sender.user_id, now):
+                self._log_loop_drop(platform, self_id, msg.sender.user_id, now)
+                return "dropped_loop_guard"
+        target = msg.command_target
+        if target and me is not None and me.username and target.lower() != me.username.lower():
+            return "dropped_other_bot_command"
+        return None
+
+    def _log_loop_drop(self, platform: _Platform, self_id: str, other: str, now: float) -> None:
+        pair = frozenset((self_id, other))
+        left = platform.loop_guard.cooldown_left(self_id, other, now)
+        if self._dropped_logged.get(pair, 0.0) <= now:
+            log.warning("bot loop guard: dropping messages between %s and %s for %.0fs", self_id, other, left)
+            self._dropped_logged[pair] = now + left
+
+    @staticmethod
+    def _user_entry(msg: BotMessage) -> dict[str, str]:
+        turn = msg.prompt_text
+        if msg.is_group:
+            turn = f"[{msg.sender.name}] {turn}"
+        return {"role": "user", "content": turn}
+
+    async def _agent_turn(self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
+        started = time.monotonic()
+        history = await self.history.load(conversation, agent.config.max_history)
+        user_entry = self._user_entry(msg)
+        typing = asyncio.create_task(self._keep_typing(reply))
+        try:
+            if reply.can_stream():
+                delivery = await reply.stream_text(
+                    agent.stream(history, user_entry["content"]),
+                    model=agent.model,
+                    elapsed=lambda: time.monotonic() - started,
+                )
+            else:
+                text = await agent.complete(history, user_entry["content"])
+                delivery = await reply.send_text(text, model=agent.model, seconds=time.monotonic() - started)
+        except AgentError as exc:
+            log.error("%s", exc)
+            return TurnOutcome("agent_error", await reply.send_text(APOLOGY), detail=str(exc))
+        finally:
+            typing.cancel()
+        if delivery.silent:
+            status = "silent"
+        elif delivery.cancelled:
+            status = "cancelled"
+        else:
+            status = "replied"
+        if not delivery.cancelled:
+            answer = {"role": "assistant", "content": delivery.text if not delivery.silent else ""}
+            await self.history.append(conversation, agent.config.max_history, user_entry, answer)
+        return TurnOutcome(status, delivery)
+
+    async def _keep_typing(self, reply: ReplyChannel) -> None:
+        adapter = reply.adapter
+        if not adapter.capabilities.typing:
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                try:
+                    await adapter.typing(reply.chat_id, thread_id=reply.origin.thread_id)
+                except Exception:
+                    log.debug("typing indicator failed", exc_info=True)
+                await asyncio.sleep(adapter.typing_interval_s)
+
+    # --- outbound to a target (SPEC §9) ------------------------------------------------------
+
+    def resolve_target(self, target: str, origin: BotMessage | None = None) -> tuple[Adapter, str, str | None] | None:
+        """`origin`, `<platform>`, `<platform>:<chat>` or `<platform>:<chat>:<thread>`."""
+        if target == "origin":
+            if origin is None or origin.platform not in self.adapters:
+                return None
+            return self.adapters[origin.platform], origin.channel.channel_id, origin.thread_id
+        platform, _, rest = target.partition(":")
+        adapter = self.adapters.get(platform)
+        if adapter is None:
+            return None
+        if not rest:
+            home = adapter.home_chat()
+            return (adapter, home, None) if home else None
+        chat, _, thread = rest.partition(":")
+        return adapter, chat, thread or None
+
+    async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> list[MessageActionResult]:
+        """Post text to a target, chunked; an unresolvable target is a `no_route` result."""
+        resolved = self.resolve_target(target, origin)
+        if resolved is None:
+            return [MessageActionResult("no_route", target, "target not resolvable")]
+        adapter, chat, thread = resolved
+        caps = adapter.capabilities
+        return [
+            await adapter.send(chat, chunk, thread_id=thread)
+            for chunk in chunk_text(text, caps.max_message_length, caps.length_unit)
+        ]
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """`botweave run` looks for ./bot.yaml, then ./bot.yaml.example; None means built-in."""
+    if explicit:
+        return Path(explicit)
+    for candidate in ("bot.yaml", "bot.yaml.example"):
+        if Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+BUILTIN_CONFIG: dict[str, Any] = {
+    "agents": {"assistant": {"model": "offline/echo", "instructions": "You are a helpful assistant."}},
+    "platforms": {"console": {}},
+}

@@ -1,0 +1,113 @@
+"""The `botweave` command: run, chat, check.
+
+Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
+`botweave --help` answers instantly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from bots import __version__
+
+log = logging.getLogger("botweave")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="botweave", description="Connect chat platforms to LLM agents.")
+    parser.add_argument("--version", action="version", version=f"botweave {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run every enabled platform")
+    run.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
+    chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)")
+    chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
+    check = sub.add_parser("check", help="validate a config and print it with secrets masked")
+    check.add_argument("config", help="bot.yaml to check")
+    return parser
+
+
+def _setup_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "LiteLLM", "litellm", "discord", "telegram", "slack_bolt", "slack_sdk"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def _load(path: str | None) -> Any:
+    from bots.app import BUILTIN_CONFIG, find_config
+    from bots.config import load_config
+
+    found = find_config(path)
+    if found is None:
+        log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
+        return load_config(BUILTIN_CONFIG)
+    return load_config(found)
+
+
+async def _serve(config: Any, platforms: list[str] | None) -> int:
+    from bots.app import App
+
+    app = App(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await app.start(platforms)
+    if not app.adapters:
+        log.error("no platform is running; enable one under `platforms:` in bot.yaml")
+        await app.stop()
+        return 1
+    console = app.adapters.get("console")
+    waiters = [asyncio.create_task(stop.wait())]
+    if console is not None and len(app.adapters) == 1:
+        waiters.append(asyncio.create_task(console.finished.wait()))  # type: ignore[attr-defined]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    if not stop.is_set():
+        await app.drain()  # end of input: answer what was asked, then leave
+    await app.stop()
+    return 0
+
+
+def _check(path: str) -> int:
+    from bots.dump import dump_config
+
+    config = _load(path)
+    print(dump_config(config))
+    enabled = config.enabled_platforms()
+    print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    from bots.config import ConfigError
+
+    try:
+        if args.command == "check":
+            return _check(args.config)
+        config = _load(args.config)
+        if args.command == "chat":
+            if config.platforms.console is None:
+                from bots.config import ConsoleConfig
+
+                config.platforms.console = ConsoleConfig()
+            return asyncio.run(_serve(config, ["console"]))
+        return asyncio.run(_serve(config, None))
+    except ConfigError as exc:
+        print(f"botweave: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

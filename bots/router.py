@@ -1,0 +1,60 @@
+"""Routing: which agent (or room) answers a conversation.
+
+Specificity is compared field by field in the order thread > chat > user > chat_type >
+platform, so a binding for one forum topic beats one for its whole chat whatever order the
+YAML lists them in; among equally specific bindings the first listed wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bots.config import RouteConfig
+from bots.types import BotMessage
+
+_PRECEDENCE = ("thread_id", "chat_id", "user_id", "chat_type", "platform")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str  # "agent" or "room"
+    name: str
+
+
+def conversation_key(msg: BotMessage) -> str:
+    """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person."""
+    if msg.channel.channel_type == "dm":
+        return f"{msg.platform}:dm:{msg.sender.user_id}"
+    base = f"{msg.platform}:{msg.channel.channel_id}"
+    return f"{base}:{msg.thread_id}" if msg.thread_id else base
+
+
+def _facts(msg: BotMessage) -> dict[str, str | None]:
+    return {
+        "platform": msg.platform,
+        "chat_id": msg.channel.channel_id,
+        "thread_id": msg.thread_id,
+        "user_id": msg.sender.user_id,
+        "chat_type": msg.channel.channel_type,
+    }
+
+
+class Router:
+    def __init__(self, routes: list[RouteConfig], default_agent: str | None) -> None:
+        self._routes = routes
+        self._default = Target("agent", default_agent) if default_agent and not routes else None
+
+    def resolve(self, msg: BotMessage) -> Target | None:
+        facts = _facts(msg)
+        best: tuple[tuple[bool, ...], RouteConfig] | None = None
+        for route in self._routes:
+            wanted = route.match.model_dump(exclude_none=True)
+            if any(facts[k] != v for k, v in wanted.items()):
+                continue
+            rank = tuple(k in wanted for k in _PRECEDENCE)
+            if best is None or rank > best[0]:
+                best = (rank, route)
+        if best is None:
+            return self._default
+        route = best[1]
+        return Target("room", route.room) if route.room else Target("agent", route.agent or "")

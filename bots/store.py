@@ -1,0 +1,144 @@
+"""The state store (SPEC §12): one async interface, an in-memory default, Redis later.
+
+The operations are the ones Redis does atomically (SET NX EX, RPUSH+LTRIM, INCR, sorted-set
+windows), so a Redis backend is a drop-in and workers can share dedup keys, histories and
+loop-guard windows. Values are strings; callers encode JSON themselves.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Clock = Callable[[], float]
+
+
+class Store(ABC):
+    async def connect(self) -> None:
+        """Open connections; the in-memory store has none."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    @abstractmethod
+    async def get(self, key: str) -> str | None: ...
+
+    @abstractmethod
+    async def set(self, key: str, value: str, *, ttl: float | None = None) -> None: ...
+
+    @abstractmethod
+    async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
+        """Atomically claim `key`; False when it already exists (the basis of dedup)."""
+
+    @abstractmethod
+    async def delete(self, *keys: str) -> None: ...
+
+    @abstractmethod
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        """Add to a counter; `ttl` is set when the counter is created."""
+
+    @abstractmethod
+    async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
+        """Append, then keep only the newest `max_len` items."""
+
+    @abstractmethod
+    async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
+        """Items from `start` to `end` inclusive (negative counts from the end), like LRANGE."""
+
+    @abstractmethod
+    async def window_add(self, key: str, now: float, window: float) -> int:
+        """Record an event at `now`, forget events older than `window`, return how many remain."""
+
+    @abstractmethod
+    async def keys(self, prefix: str) -> list[str]: ...
+
+
+@dataclass(slots=True)
+class _Entry:
+    value: Any
+    expires: float | None = None
+
+
+@dataclass
+class MemoryStore(Store):
+    """The embedded default: fast, process-local, gone on restart."""
+
+    clock: Clock = time.monotonic
+    _data: dict[str, _Entry] = field(default_factory=dict)
+
+    def _live(self, key: str) -> _Entry | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        if entry.expires is not None and entry.expires <= self.clock():
+            del self._data[key]
+            return None
+        return entry
+
+    def _expiry(self, ttl: float | None) -> float | None:
+        return None if ttl is None else self.clock() + ttl
+
+    async def get(self, key: str) -> str | None:
+        entry = self._live(key)
+        return None if entry is None or not isinstance(entry.value, str) else entry.value
+
+    async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
+        self._data[key] = _Entry(value, self._expiry(ttl))
+
+    async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
+        if self._live(key) is not None:
+            return False
+        self._data[key] = _Entry(value, self._expiry(ttl))
+        return True
+
+    async def delete(self, *keys: str) -> None:
+        for key in keys:
+            self._data.pop(key, None)
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        entry = self._live(key)
+        if entry is None:
+            entry = self._data[key] = _Entry("0", self._expiry(ttl))
+        value = int(entry.value) + amount
+        entry.value = str(value)
+        return value
+
+    async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
+        entry = self._live(key)
+        if entry is None:
+            entry = self._data[key] = _Entry([])
+        entry.value.extend(values)
+        if max_len is not None and len(entry.value) > max_len:
+            del entry.value[: len(entry.value) - max_len]
+
+    async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
+        entry = self._live(key)
+        if entry is None:
+            return []
+        items: list[str] = entry.value
+        stop = len(items) + end + 1 if end < 0 else end + 1
+        return items[start:stop]
+
+    async def window_add(self, key: str, now: float, window: float) -> int:
+        entry = self._live(key)
+        if entry is None:
+            entry = self._data[key] = _Entry([])
+        events: list[float] = entry.value
+        del events[: bisect.bisect_left(events, now - window)]
+        bisect.insort(events, now)
+        return len(events)
+
+    async def keys(self, prefix: str) -> list[str]:
+        return [k for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None]
+
+
+def open_store(url: str) -> Store:
+    if url.startswith("memory://"):
+        return MemoryStore()
+    from bots.config import ConfigError
+
+    raise ConfigError(["store.url: only memory:// is available in this build (the Redis backend is not built yet)"])

@@ -1,0 +1,79 @@
+"""Streaming a reply by editing one message in place (SPEC §9).
+
+The driver posts a message on the first text, then edits it as text grows, never sooner than
+`interval` after the previous edit. The streamed message *is* the final reply: `finish`
+writes the exact final text into it (and into overflow messages when the text outgrew one
+message), so no second "final" post ever appears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bots.replies import chunk_text
+from bots.types import LengthUnit, MessageActionResult
+
+SendFn = Callable[[str, bool], Awaitable[MessageActionResult]]  # (text, is_first) -> result
+EditFn = Callable[[str, str], Awaitable[MessageActionResult]]  # (message_id, text)
+DeleteFn = Callable[[str], Awaitable[MessageActionResult]]  # (message_id)
+
+
+@dataclass
+class StreamingReply:
+    send: SendFn
+    edit: EditFn
+    delete: DeleteFn
+    interval: float  # seconds between edits of one message
+    limit: int | None = None
+    unit: LengthUnit = "chars"
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    message_ids: list[str] = field(default_factory=list)
+    edits: int = 0
+    _shown: list[str] = field(default_factory=list)  # text currently visible in each message
+    _last_write: float = float("-inf")
+
+    async def update(self, text: str) -> None:
+        """Show the text streamed so far; writes to the platform only when the interval allows."""
+        if not text.strip():
+            return
+        if self.message_ids and self.clock() - self._last_write < self.interval:
+            return
+        await self._render(text)
+
+    async def finish(self, final_text: str) -> list[str]:
+        """Make the messages show exactly `final_text`; returns every message id used."""
+        if not final_text.strip():
+            return self.message_ids
+        wait = self.interval - (self.clock() - self._last_write)
+        if self.message_ids and wait > 0:
+            await self.sleep(wait)  # the final edit respects the floor too
+        await self._render(final_text)
+        return self.message_ids
+
+    async def discard(self) -> None:
+        """Remove what was streamed (the agent chose silence)."""
+        for message_id in self.message_ids:
+            await self.delete(message_id)
+        self.message_ids.clear()
+        self._shown.clear()
+
+    async def _render(self, text: str) -> None:
+        pieces = chunk_text(text, self.limit, self.unit)
+        for index, piece in enumerate(pieces):
+            if index < len(self.message_ids):
+                if self._shown[index] != piece:
+                    result = await self.edit(self.message_ids[index], piece)
+                    self.edits += 1
+                    if result.ok:
+                        self._shown[index] = piece
+            else:
+                result = await self.send(piece, not self.message_ids)
+                if not result.ok or result.message_id is None:
+                    return
+                self.message_ids.append(result.message_id)
+                self._shown.append(piece)
+        self._last_write = self.clock()
