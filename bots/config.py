@@ -58,7 +58,7 @@ class BotConfig(_Strict):
     unknown_user_policy: Optional[Literal["deny", "pair", "allow"]] = None  # None: per platform
     allowed_users: list[str] = Field(default_factory=list)
     allowed_chats: list[str] = Field(default_factory=list)
-    owner_user_id: Optional[str] = None
+    owner_user_id: Optional[str] = Field(default=None, repr=False)
     group_policy: Literal["respond_all", "mention_only", "command_only", "observe"] = "mention_only"
     streaming: bool = False
     stream_edit_interval_ms: Annotated[int, Field(ge=0)] = 700
@@ -98,7 +98,7 @@ _BotOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
         ),
     },
     **{
-        name: (Optional[info.annotation], None)  # type: ignore[valid-type]
+        name: (Optional[info.annotation], Field(default=None, repr=info.repr))  # type: ignore[valid-type]
         for name, info in BotConfig.model_fields.items()
     },
 )
@@ -148,6 +148,8 @@ class TelegramConfig(PlatformConfig):
     webhook_path: str = "/telegram"
     webhook_secret: Optional[SecretStr] = None
     poll_timeout: Annotated[int, Field(ge=0)] = 30
+    #: 409 Conflicts (another poller or a webhook on the same token) tolerated before polling stops.
+    conflict_retries: Annotated[int, Field(ge=0)] = 2
 
 
 class DiscordConfig(PlatformConfig):
@@ -221,7 +223,7 @@ class RouteConfig(_Strict):
 
 
 class StoreConfig(_Strict):
-    url: str = "memory://"
+    url: str = Field(default="memory://", repr=False)  # may carry a Redis password
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
     prefix: str = "botweave:default:"
 
@@ -259,7 +261,7 @@ class Config(_Strict):
         return self
 
     def platform(self, name: str) -> PlatformConfig | None:
-        return getattr(self.platforms, name)
+        return getattr(self.platforms, name, None)
 
     def enabled_platforms(self) -> dict[str, PlatformConfig]:
         """Platforms that are switched on and have their credentials; others warn once."""
@@ -373,10 +375,7 @@ def format_errors(exc: ValidationError, model: type[BaseModel] = Config) -> list
         loc = tuple(error["loc"])
         message = _describe(error, _fields_at(model, loc) if error["type"] == "extra_forbidden" else None)
         where = _loc(loc)
-        if error["type"] == "value_error" and message.split(":", 1)[0].count(".") >= 1 and ":" in message:
-            problems.append(message)  # the validator already named the precise path
-        else:
-            problems.append(f"{where}: {message}" if where else message)
+        problems.append(f"{where}: {message}" if where else message)
     return problems
 
 

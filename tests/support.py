@@ -1,0 +1,106 @@
+"""Test doubles at the seam we own: an in-process adapter that records what it was asked to do.
+
+This is our own `Adapter` interface, not a platform SDK; the SDK adapters are tested against
+the platform emulators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from adapters.base import Adapter
+from bots.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Sent:
+    chat_id: str
+    text: str
+    thread_id: str | None
+    reply_to: str | None
+    message_id: str
+    at: float = field(default_factory=time.monotonic)
+
+
+class RecordingAdapter(Adapter):
+    """Pretends to be a platform called `test`; keeps every outbound call in order."""
+
+    platform = "test"
+    capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(max_message_length=100, typing=True)
+    typing_interval_s = 0.05
+
+    def __init__(self, config: Any = None, *, send_delay: float = 0.0) -> None:
+        super().__init__(config)
+        self.self_user = BotUser("bot-1", "testbot", "Test Bot", is_bot=True)
+        self.sent: list[Sent] = []
+        self.edits: list[tuple[str, str]] = []
+        self.deleted: list[str] = []
+        self.typings = 0
+        self.send_delay = send_delay
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(
+        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
+    ) -> MessageActionResult:
+        if self.send_delay:
+            await asyncio.sleep(self.send_delay)
+        message_id = f"m{next(_ids)}"
+        self.sent.append(Sent(chat_id, text, thread_id, reply_to, message_id))
+        return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def edit(
+        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        self.edits.append((message_id, text))
+        return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
+        self.deleted.append(message_id)
+        return MessageActionResult("ok", chat_id)
+
+    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
+        self.typings += 1
+
+    def texts(self) -> list[str]:
+        return [s.text for s in self.sent]
+
+
+def message(
+    text: str,
+    *,
+    message_id: str | None = None,
+    chat_id: str = "c1",
+    user_id: str = "u1",
+    name: str = "Ann",
+    channel_type: str = "dm",
+    is_bot: bool = False,
+    platform: str = "test",
+    thread_id: str | None = None,
+    **kwargs: Any,
+) -> BotMessage:
+    return BotMessage(
+        message_id=message_id or str(next(_ids)),
+        content=text,
+        sender=BotUser(user_id, name.lower(), name, is_bot=is_bot),
+        channel=BotChannel(chat_id, channel_type),  # type: ignore[arg-type]
+        platform=platform,
+        thread_id=thread_id,
+        **kwargs,
+    )
+
+
+def config(**bot: Any) -> dict[str, Any]:
+    """A minimal config mapping with one offline agent; `bot` goes into the `bot:` block."""
+    return {
+        "bot": {"unknown_user_policy": "allow", **bot},
+        "agents": {"assistant": {"model": "offline/echo"}},
+    }
