@@ -17,9 +17,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapters.base import Adapter
 from bots.agents import Agent, AgentError, History
 from bots.commands import BUILTIN_COMMANDS, CommandContext, run_command
 from bots.config import BotConfig, Config, load_config
@@ -31,6 +30,9 @@ from bots.router import Router, conversation_key
 from bots.store import Store, open_store
 from bots.types import BotMessage, MessageActionResult, PlatformEvent
 from policies import BotLoopGuard, BotLoopPolicy, decide_access, decide_gate
+
+if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
+    from adapters.base import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +106,9 @@ class App:
     async def start(self, platforms: Iterable[str] | None = None) -> None:
         """Connect the store and start every enabled platform (or just `platforms`)."""
         await self.store.connect()
-        wanted = set(platforms) if platforms is not None else None
-        for name, section in self.config.enabled_platforms().items():
-            if (wanted is not None and name not in wanted) or name in self.adapters:
-                continue
-            self.add_adapter(load_adapter_class(name)(section))
+        for name, section in self.config.enabled_platforms(platforms).items():
+            if name not in self.adapters:
+                self.add_adapter(load_adapter_class(name)(section))
         for name, adapter in list(self.adapters.items()):
             try:
                 await adapter.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
@@ -263,10 +263,11 @@ class Config(_Strict):
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
 
-    def enabled_platforms(self) -> dict[str, PlatformConfig]:
+    def enabled_platforms(self, only: Iterable[str] | None = None) -> dict[str, PlatformConfig]:
         """Platforms that are switched on and have their credentials; others warn once."""
         enabled = {}
-        for name in PLATFORMS:
+        wanted = PLATFORMS if only is None else [p for p in PLATFORMS if p in set(only)]
+        for name in wanted:
             section = self.platform(name)
             if section is None or not section.enabled:
                 continue

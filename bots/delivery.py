@@ -9,13 +9,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from adapters.base import Adapter
 from bots.config import BotConfig
 from bots.hooks import HookEvent, HookRegistry
 from bots.replies import chunk_text, format_footer, is_silent, with_footer
 from bots.streaming import StreamingReply
 from bots.types import BotMessage, MessageActionResult
+
+if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
+    from adapters.base import Adapter
 
 log = logging.getLogger(__name__)
 

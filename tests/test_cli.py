@@ -1,0 +1,78 @@
+"""The `botweave` command as a user runs it: a subprocess, talking through a pipe."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def botweave(*args: str, stdin: str = "", cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def test_chat_through_a_pipe_answers_resets_and_exits_cleanly_on_eof():
+    result = botweave("chat", stdin="hello\n/new\nagain\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "assistant (offline echo) heard: hello"
+    assert lines[1] == "Started a new conversation; earlier messages are forgotten."
+    assert lines[2] == "assistant (offline echo) heard: again"
+    assert "Traceback" not in result.stderr
+
+
+def test_chat_uses_the_example_config_by_default(tmp_path):
+    (tmp_path / "bot.yaml.example").write_text((ROOT / "bot.yaml.example").read_text())
+    result = botweave("chat", stdin="/status\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "model: offline/echo" in result.stdout
+
+
+def test_check_prints_the_effective_config_with_secrets_masked(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            agents:
+              a: {model: offline/echo}
+            platforms:
+              console: {}
+              telegram: {token: "${TG_TOKEN}"}
+            """
+        )
+    )
+    result = botweave("check", str(config), env={"TG_TOKEN": "123:do-not-print"})
+    assert result.returncode == 0, result.stderr
+    assert "do-not-print" not in result.stdout + result.stderr
+    assert "token: '***'" in result.stdout
+    assert "# platforms that would start: console, telegram" in result.stdout
+
+
+def test_check_reports_a_broken_config_with_the_field_and_exit_code_2(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents:\n  a: {model: m}\nplatforms:\n  telegram:\n    unknown_user_policy: maybe\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 2
+    assert "platforms.telegram.unknown_user_policy: must be one of deny, pair, allow (got 'maybe')" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_version_and_help_are_fast_and_do_not_import_litellm():
+    result = botweave("--version")
+    assert result.returncode == 0 and result.stdout.startswith("botweave ")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, bots, bots.cli; print('litellm' in sys.modules, 'telegram' in sys.modules)"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert probe.stdout.strip() == "False False"
