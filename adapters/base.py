@@ -75,6 +75,9 @@ class Adapter(ABC):
     async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
         return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot react")
 
+    async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
+        """A reply is complete (its streamed edits included); the console ends its line here."""
+
     async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
         """Show the typing indicator once; the runtime renews it every `typing_interval_s`."""
 

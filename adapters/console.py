@@ -9,8 +9,10 @@ shows tokens arriving and a pipe receives clean lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sys
+import threading
 from typing import ClassVar, TextIO
 
 from adapters.base import Adapter
@@ -42,7 +44,12 @@ class ConsoleAdapter(Adapter):
 
     async def start(self) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
-        self._reader = asyncio.create_task(self._read_lines())
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        # A daemon thread, not asyncio.to_thread: a read blocked on the terminal must not keep
+        # the process alive after Ctrl-C.
+        threading.Thread(target=self._read_blocking, args=(loop, lines), daemon=True).start()
+        self._reader = asyncio.create_task(self._dispatch_lines(lines))
 
     async def stop(self) -> None:
         if self._reader is not None:
@@ -50,12 +57,17 @@ class ConsoleAdapter(Adapter):
         self._end_line()
         self._out.flush()
 
-    async def _read_lines(self) -> None:
+    def _read_blocking(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
         try:
-            while True:
-                line = await asyncio.to_thread(self._in.readline)
-                if not line:
-                    break
+            for line in iter(self._in.readline, ""):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    async def _dispatch_lines(self, lines: asyncio.Queue[str | None]) -> None:
+        try:
+            while (line := await lines.get()) is not None:
                 text = line.rstrip("\r\n")
                 if text.strip():
                     await self.dispatch(self._message(text))
@@ -104,6 +116,9 @@ class ConsoleAdapter(Adapter):
             self._open_line = True
         self._shown[message_id] = text
         return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
+        self._end_line()
 
     async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
         if self._shown.pop(message_id, None) is None:

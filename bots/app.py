@@ -314,10 +314,12 @@ class App:
             return [MessageActionResult("no_route", target, "target not resolvable")]
         adapter, chat, thread = resolved
         caps = adapter.capabilities
-        return [
+        results = [
             await adapter.send(chat, chunk, thread_id=thread)
             for chunk in chunk_text(text, caps.max_message_length, caps.length_unit)
         ]
+        await adapter.end_reply(chat, [r.message_id for r in results if r.message_id])
+        return results
 
 
 def find_config(explicit: str | None) -> Path | None:

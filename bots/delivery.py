@@ -71,6 +71,7 @@ class ReplyChannel:
         return None if event.denied or event.text is None else event.text
 
     async def _after_send(self, delivery: Delivery) -> None:
+        await self.adapter.end_reply(self.chat_id, delivery.message_ids)
         if self.hooks.has("message_sent"):
             payload = self._payload(delivery.text) | {"message_ids": list(delivery.message_ids)}
             await self.hooks.run(HookEvent("message_sent", payload, message=self.origin, text=delivery.text))

@@ -76,3 +76,29 @@ def test_version_and_help_are_fast_and_do_not_import_litellm():
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert probe.stdout.strip() == "False False"
+
+
+def test_sigint_while_waiting_for_input_exits_cleanly():
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bots.cli", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    try:
+        proc.stdin.write("hello\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("assistant (offline echo) heard: hello")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # stdin stays open: the reader is blocked on it
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - started < 10
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()
