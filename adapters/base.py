@@ -64,6 +64,11 @@ class Adapter(ABC):
     ) -> MessageActionResult:
         """Post one message (already within the length limit); `message_id` is set on ok."""
 
+    async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
+        """A direct message to a user (pairing requests, notifications). Platforms whose DM
+        channel id differs from the user id override this."""
+        return await self.send(user_id, text)
+
     async def edit(
         self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
     ) -> MessageActionResult:

@@ -14,7 +14,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +28,10 @@ from bots.hooks import HookEvent, HookRegistry
 from bots.replies import chunk_text
 from bots.router import Router, conversation_key
 from bots.store import Store, open_store
-from bots.types import BotMessage, MessageActionResult, PlatformEvent
-from policies import BotLoopGuard, BotLoopPolicy, decide_access, decide_gate
+from bots.types import META_SCOPE, BotMessage, MessageActionResult, PlatformEvent
+from policies import BotLoopGuard, BotLoopPolicy, decide_gate
+from policies.access_control import AccessControl, pairing_hint
+from policies.admission import Admission, AdmissionLimits
 
 if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
     from adapters.base import Adapter
@@ -43,6 +45,7 @@ ADAPTER_CLASSES = {
     "slack": "adapters.slack:SlackAdapter",
 }
 APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
+RATE_LIMIT_NOTICE = "You're sending messages faster than I can answer; please wait a moment."
 
 
 @dataclass
@@ -62,7 +65,7 @@ class TurnOutcome:
 class _Platform:
     adapter: Adapter
     config: BotConfig
-    loop_guard: BotLoopGuard = field(default_factory=BotLoopGuard)
+    loop_guard: BotLoopGuard
 
 
 def load_adapter_class(platform: str) -> type[Adapter]:
@@ -73,7 +76,7 @@ def load_adapter_class(platform: str) -> type[Adapter]:
 class App:
     def __init__(self, config: Config, *, store: Store | None = None) -> None:
         self.config = config
-        self.store = store or open_store(config.store.url)
+        self.store = store or open_store(config.store.url, config.store.prefix)
         self.hooks = HookRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
         self.router = Router(config.routes, default_agent=next(iter(self.agents)))
@@ -84,6 +87,13 @@ class App:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self._dropped_logged: dict[frozenset[str], float] = {}
+        self.access = AccessControl(self.store)
+        limits = config.admission
+        self.admission = Admission(
+            AdmissionLimits(
+                limits.max_concurrent_turns, limits.max_concurrent_turns_per_scope, limits.overflow, limits.queue_depth
+            )
+        )
 
     @classmethod
     def from_config(
@@ -98,7 +108,7 @@ class App:
         """Attach an adapter (the registry does this in `start`; tests attach their own)."""
         name = adapter.platform
         policy = self.config.bot_config_for(name)
-        guard = BotLoopGuard(BotLoopPolicy.from_dict(policy.bot_loop_protection))
+        guard = BotLoopGuard(BotLoopPolicy.from_dict(policy.bot_loop_protection), self.store)
         self.adapters[name] = adapter
         self._platforms[name] = _Platform(adapter, policy, guard)
         adapter.bind(self.submit)
@@ -110,6 +120,7 @@ class App:
             if name not in self.adapters:
                 self.add_adapter(load_adapter_class(name)(section))
         for name, adapter in list(self.adapters.items()):
+            self._explain_access(name)
             try:
                 await adapter.start()
             except Exception as exc:
@@ -117,6 +128,16 @@ class App:
                 self.adapters.pop(name)
                 self._platforms.pop(name)
         self._started_at = time.monotonic()
+
+    def _explain_access(self, platform: str) -> None:
+        policy = self._platforms[platform].config.unknown_user_policy
+        if policy == "pair":
+            log.warning(
+                "%s: unknown users get a pairing code; let them in with `%s` or list them in allowed_users",
+                platform, pairing_hint(platform),
+            )
+        elif policy == "deny":
+            log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
@@ -178,16 +199,22 @@ class App:
             return TurnOutcome("dropped_unknown_platform")
         if not await self._first_time(msg.platform, msg.channel.channel_id, msg.message_id):
             return TurnOutcome("duplicate")
-        dropped = self._screen_author(msg, platform)
+        dropped = await self._screen_author(msg, platform)
         if dropped:
             return TurnOutcome(dropped)
 
-        verdict = decide_access(msg, platform.config)
-        if verdict != "admit":
-            log.info("%s: message from unadmitted user %s dropped (%s)", msg.platform, msg.sender.user_id, verdict)
+        cfg = platform.config
+        verdict = await self.access.verdict(msg, cfg)
+        gate = decide_gate(msg, cfg.group_policy)
+        if verdict == "deny" or (verdict == "pair" and gate == "ignore"):
+            log.info("%s: message from unadmitted user %s dropped", msg.platform, msg.sender.user_id)
             return TurnOutcome("denied", detail=verdict)
-
-        gate = decide_gate(msg, platform.config.group_policy)
+        reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks)
+        if verdict == "pair":
+            if msg.allow_control and msg.command == "pair":  # the owner, not yet known by id
+                return await self._pair_command(msg, platform, reply)
+            status = await self.access.offer_pairing(msg, cfg, reply.send_text, self._tell_user(platform))
+            return TurnOutcome(status)
         if gate == "ignore":
             return TurnOutcome("ignored")
 
@@ -196,6 +223,7 @@ class App:
             if event.denied or event.message is None:
                 return TurnOutcome("hook_denied")
             msg = event.message
+            reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks)
 
         target = self.router.resolve(msg)
         if target is None or target.kind != "agent" or target.name not in self.agents:
@@ -208,13 +236,48 @@ class App:
             await self.history.append(conversation, agent.config.max_history, self._user_entry(msg))
             return TurnOutcome("observed")
 
-        reply = ReplyChannel(platform.adapter, msg, platform.config, self.hooks)
+        if msg.allow_control and msg.command == "pair":
+            return await self._pair_command(msg, platform, reply)
         if msg.allow_control and msg.command in BUILTIN_COMMANDS:
             ctx = CommandContext(msg, agent, conversation, self.history, self.uptime)
             return TurnOutcome("command", await reply.send_text(await run_command(ctx)))
-        return await self._agent_turn(msg, agent, conversation, reply)
+        if await self._rate_limited(msg, cfg, reply):
+            return TurnOutcome("rate_limited")
+        scope = str(msg.metadata.get(META_SCOPE) or f"{msg.platform}:{msg.channel.channel_id}")
+        async with self.admission.slot(scope) as admitted:
+            if not admitted:
+                await self._busy_notice(msg, reply)
+                return TurnOutcome("busy")
+            return await self._agent_turn(msg, agent, conversation, reply)
 
-    def _screen_author(self, msg: BotMessage, platform: _Platform) -> str | None:
+    async def _pair_command(self, msg: BotMessage, platform: _Platform, reply: ReplyChannel) -> TurnOutcome:
+        answer, welcome = await self.access.pair_command(msg, platform.config)
+        delivery = await reply.send_text(answer)
+        if welcome is not None:
+            await self.send_to(f"{msg.platform}:{welcome[0]}", welcome[1])
+        return TurnOutcome("command", delivery)
+
+    def _tell_user(self, platform: _Platform) -> Callable[[str, str], Awaitable[MessageActionResult]]:
+        return lambda user_id, text: platform.adapter.send_direct(user_id, text)
+
+    async def _rate_limited(self, msg: BotMessage, cfg: BotConfig, reply: ReplyChannel) -> bool:
+        """Per-user message budget; the first message over it gets one notice per window."""
+        limit = cfg.user_rate_limit
+        if limit is None:
+            return False
+        key = f"rate:{msg.platform}:{msg.sender.user_id}"
+        if await self.store.window_add(key, time.time(), limit.per_seconds) <= limit.messages:
+            return False
+        if await self.store.set_if_absent(key + ":notice", "1", ttl=limit.per_seconds):
+            await reply.send_text(RATE_LIMIT_NOTICE)
+        return True
+
+    async def _busy_notice(self, msg: BotMessage, reply: ReplyChannel) -> None:
+        """At most one "busy" reply per chat per minute, however large the burst."""
+        if await self.store.set_if_absent(f"busy:{msg.platform}:{msg.channel.channel_id}", "1", ttl=60):
+            await reply.send_text(self.config.admission.busy_message)
+
+    async def _screen_author(self, msg: BotMessage, platform: _Platform) -> str | None:
         """Our own echoes, bots when not allowed, bot loops, commands for other bots."""
         me = platform.adapter.self_user
         if me is not None and msg.sender.user_id == me.user_id:
@@ -224,17 +287,17 @@ class App:
                 return "dropped_bot"
             self_id = me.user_id if me else msg.platform
             now = time.time()
-            if not platform.loop_guard.observe(self_id, msg.sender.user_id, now):
-                self._log_loop_drop(platform, self_id, msg.sender.user_id, now)
+            if not await platform.loop_guard.observe(self_id, msg.sender.user_id, now):
+                await self._log_loop_drop(platform, self_id, msg.sender.user_id, now)
                 return "dropped_loop_guard"
         target = msg.command_target
         if target and me is not None and me.username and target.lower() != me.username.lower():
             return "dropped_other_bot_command"
         return None
 
-    def _log_loop_drop(self, platform: _Platform, self_id: str, other: str, now: float) -> None:
+    async def _log_loop_drop(self, platform: _Platform, self_id: str, other: str, now: float) -> None:
         pair = frozenset((self_id, other))
-        left = platform.loop_guard.cooldown_left(self_id, other, now)
+        left = await platform.loop_guard.cooldown_left(self_id, other, now)
         if self._dropped_logged.get(pair, 0.0) <= now:
             log.warning("bot loop guard: dropping messages between %s and %s for %.0fs", self_id, other, left)
             self._dropped_logged[pair] = now + left

@@ -29,6 +29,18 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
     check = sub.add_parser("check", help="validate a config and print it with secrets masked")
     check.add_argument("config", help="bot.yaml to check")
+    pair = sub.add_parser("pair", help="approve, deny, list or revoke pairing requests")
+    pair_sub = pair.add_subparsers(dest="action", required=True)
+    for action, args, text in (
+        ("approve", ("platform", "code"), "let the user who has this code in"),
+        ("deny", ("platform", "code"), "drop a pending request"),
+        ("revoke", ("platform", "user"), "remove an approved user"),
+        ("list", (), "show pending requests and approved users"),
+    ):
+        command = pair_sub.add_parser(action, help=text)
+        for arg in args:
+            command.add_argument(arg)
+        command.add_argument("--config", help="bot.yaml whose store holds the pairing state")
     return parser
 
 
@@ -86,14 +98,62 @@ def _check(path: str) -> int:
     return 0
 
 
+async def _pair(args: argparse.Namespace) -> int:
+    from bots.store import open_store
+    from policies.pairing import Pairing
+
+    config = _load(args.config)
+    if config.store.url.startswith("memory://"):
+        print(
+            "botweave: the store is memory:// (inside the running bot); pairing from the command "
+            "line needs a shared store such as store: {url: redis://...}",
+            file=sys.stderr,
+        )
+        return 2
+    store = open_store(config.store.url, config.store.prefix)
+    await store.connect()
+    pairing = Pairing(store)
+    try:
+        if args.action == "approve":
+            owner_configured = bool(config.bot_config_for(args.platform).owner_user_id)
+            result = await pairing.approve(args.platform, args.code, claim_owner=not owner_configured)
+            if result.status == "locked":
+                print("too many wrong codes: approval is locked for 5 minutes", file=sys.stderr)
+                return 1
+            if result.request is None:
+                print("no pending request has that code (codes expire after 1 hour)", file=sys.stderr)
+                return 1
+            owner = " and made them the owner" if result.became_owner else ""
+            print(f"approved {result.request.name} (id {result.request.user_id}) on {args.platform}{owner}")
+            return 0
+        if args.action == "deny":
+            denied = await pairing.deny(args.platform, args.code)
+            print("request denied" if denied else "no pending request has that code")
+            return 0 if denied else 1
+        if args.action == "revoke":
+            revoked = await pairing.revoke(args.platform, args.user)
+            print(f"revoked {args.user}" if revoked else f"{args.user} was not approved on {args.platform}")
+            return 0 if revoked else 1
+        for request in await pairing.pending():
+            print(f"pending  {request.platform}  {request.user_id}  {request.name}")
+        for platform, user in await pairing.approved():
+            print(f"approved {platform}  {user}")
+        return 0
+    finally:
+        await store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
     from bots.config import ConfigError
+    from bots.redis_store import StoreUnavailable
 
     try:
         if args.command == "check":
             return _check(args.config)
+        if args.command == "pair":
+            return asyncio.run(_pair(args))
         config = _load(args.config)
         if args.command == "chat":
             if config.platforms.console is None:
@@ -105,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return 2
+    except StoreUnavailable as exc:
+        print(f"botweave: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
 

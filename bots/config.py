@@ -52,6 +52,11 @@ class LoopProtection(_Strict):
     model_config = ConfigDict(extra="allow")
 
 
+class UserRateLimit(_Strict):
+    messages: Annotated[int, Field(ge=1)]
+    per_seconds: Annotated[float, Field(gt=0)]
+
+
 class BotConfig(_Strict):
     """Behaviour shared by all platforms; each platform may override any field."""
 
@@ -67,6 +72,7 @@ class BotConfig(_Strict):
     silence_token: Optional[str] = None
     allow_bots: bool = False
     bot_loop_protection: Optional[dict[str, Any]] = None
+    user_rate_limit: Optional[UserRateLimit] = None
 
     @field_validator("allowed_users", "allowed_chats", mode="before")
     @classmethod
@@ -235,12 +241,23 @@ class StoreConfig(_Strict):
         return value
 
 
+class AdmissionConfig(_Strict):
+    """Global limits on concurrent agent turns (one budget for all platforms)."""
+
+    max_concurrent_turns: Annotated[int, Field(ge=0)] = 0
+    max_concurrent_turns_per_scope: Annotated[int, Field(ge=0)] = 0
+    overflow: Literal["reject", "queue", "shed_oldest"] = "queue"
+    queue_depth: Annotated[int, Field(ge=1)] = 100
+    busy_message: str = "I'm busy right now; please try again shortly."
+
+
 class Config(_Strict):
     bot: BotConfig = Field(default_factory=BotConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
     routes: list[RouteConfig] = Field(default_factory=list)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     # Filled in by the rooms, push and scheduler work; accepted as mappings meanwhile.
     rooms: dict[str, Any] = Field(default_factory=dict)
     push: dict[str, Any] = Field(default_factory=dict)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import SecretStr
 
 from bots.config import PLATFORMS, Config
+from bots.store import redact_url
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
@@ -26,14 +26,6 @@ def _masked(value: Any, key: str = "") -> Any:
     return value
 
 
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def dump_config(config: Config) -> str:
     data: dict[str, Any] = {"bot": {}, "agents": {}, "platforms": {}}
     data["bot"] = _masked(dict(config.bot))
@@ -44,7 +36,7 @@ def dump_config(config: Config) -> str:
             effective = dict(section) | dict(config.bot_config_for(name))
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
-    data["store"] = config.store.model_dump() | {"url": _without_password(config.store.url)}
+    data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
     for extra in ("rooms", "push", "schedules"):
         if getattr(config, extra):
             data[extra] = _masked(getattr(config, extra))

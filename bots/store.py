@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 Clock = Callable[[], float]
 
@@ -130,15 +131,24 @@ class MemoryStore(Store):
         events: list[float] = entry.value
         del events[: bisect.bisect_left(events, now - window)]
         bisect.insort(events, now)
+        entry.expires = self.clock() + window  # an idle window disappears, as in Redis
         return len(events)
 
     async def keys(self, prefix: str) -> list[str]:
         return [k for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None]
 
 
-def open_store(url: str) -> Store:
+def redact_url(url: str) -> str:
+    """The URL with its password replaced, safe for logs and dumps."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
+
+
+def open_store(url: str, prefix: str = "botweave:default:") -> Store:
     if url.startswith("memory://"):
         return MemoryStore()
-    from bots.config import ConfigError
+    from bots.redis_store import RedisStore
 
-    raise ConfigError(["store.url: only memory:// is available in this build (the Redis backend is not built yet)"])
+    return RedisStore(url, prefix)

@@ -7,8 +7,10 @@ cooldown during which their messages are dropped before any agent runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
+
+from bots.store import MemoryStore, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,33 +44,38 @@ class BotLoopPolicy:
         return cls(**values)
 
 
-@dataclass
 class BotLoopGuard:
-    policy: BotLoopPolicy = field(default_factory=BotLoopPolicy)
-    _events: dict[frozenset[str], list[float]] = field(default_factory=dict)
-    _cooldown_until: dict[frozenset[str], float] = field(default_factory=dict)
+    """Keeps its windows and cooldowns in the store, so every worker spends one shared budget
+    per pair of bots (SPEC §5, §12)."""
 
-    def observe(self, self_id: str, other_bot_id: str, now: float) -> bool:
+    def __init__(self, policy: BotLoopPolicy | None = None, store: Store | None = None) -> None:
+        self.policy = policy or BotLoopPolicy()
+        self._store = store if store is not None else MemoryStore()
+
+    @staticmethod
+    def _pair(self_id: str, other_bot_id: str) -> str:
+        return ":".join(sorted((self_id, other_bot_id)))
+
+    async def observe(self, self_id: str, other_bot_id: str, now: float) -> bool:
         """Record one bot-to-bot event; False means drop it."""
         if not self.policy.enabled:
             return True
-        pair = frozenset((self_id, other_bot_id))
-        until = self._cooldown_until.get(pair)
+        pair = self._pair(self_id, other_bot_id)
+        cooldown_key, events_key = f"loop:cooldown:{pair}", f"loop:events:{pair}"
+        until = await self._store.get(cooldown_key)
         if until is not None:
-            if now < until:
+            if now < float(until):
                 return False
-            del self._cooldown_until[pair]
-            self._events.pop(pair, None)
-        events = self._events.setdefault(pair, [])
-        events.append(now)
-        horizon = now - self.policy.window_seconds
-        events[:] = [t for t in events if t >= horizon]
-        if len(events) > self.policy.max_events_per_window:
-            self._cooldown_until[pair] = now + self.policy.cooldown_seconds
-            events.clear()
+            await self._store.delete(cooldown_key, events_key)
+        count = await self._store.window_add(events_key, now, self.policy.window_seconds)
+        if count > self.policy.max_events_per_window:
+            # Kept a while past its end so the "cooldown over: forget the history" step runs.
+            linger = 2 * self.policy.cooldown_seconds + self.policy.window_seconds
+            await self._store.set(cooldown_key, repr(now + self.policy.cooldown_seconds), ttl=linger)
+            await self._store.delete(events_key)
             return False
         return True
 
-    def cooldown_left(self, self_id: str, other_bot_id: str, now: float) -> float:
-        until = self._cooldown_until.get(frozenset((self_id, other_bot_id)))
-        return max(0.0, until - now) if until is not None else 0.0
+    async def cooldown_left(self, self_id: str, other_bot_id: str, now: float) -> float:
+        until = await self._store.get(f"loop:cooldown:{self._pair(self_id, other_bot_id)}")
+        return max(0.0, float(until) - now) if until is not None else 0.0
