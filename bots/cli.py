@@ -90,11 +90,29 @@ async def _serve(config: Any, platforms: list[str] | None) -> int:
 
 def _check(path: str) -> int:
     from bots.dump import dump_config
+    from bots.redis_store import StoreUnavailable
+    from bots.store import open_store, redact_url
 
     config = _load(path)
     print(dump_config(config))
     enabled = config.enabled_platforms()
     print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
+    if config.store.url.startswith("memory://"):
+        return 0
+
+    async def probe() -> None:
+        store = open_store(config.store.url, config.store.prefix)
+        try:
+            await store.connect()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(probe())
+    except StoreUnavailable as exc:
+        print(f"# store: {exc}")
+        return 3
+    print(f"# store: {redact_url(config.store.url)} is reachable")
     return 0
 
 

@@ -102,3 +102,23 @@ def test_sigint_while_waiting_for_input_exits_cleanly():
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def test_check_reports_whether_redis_is_reachable(tmp_path, redis_url):
+    config = tmp_path / "bot.yaml"
+    config.write_text(f"agents: {{a: {{model: offline/echo}}}}\nstore: {{url: '{redis_url}'}}\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 0 and f"# store: {redis_url} is reachable" in result.stdout
+    config.write_text("agents: {a: {model: offline/echo}}\nstore: {url: 'redis://:pw-secret@127.0.0.1:1/0'}\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 3 and "# store: cannot reach the Redis store at redis://:***@127.0.0.1:1/0" in result.stdout
+    assert "pw-secret" not in result.stdout + result.stderr
+
+
+def test_run_with_unreachable_redis_is_one_clear_error(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\nstore: {url: 'redis://127.0.0.1:1/0'}\n")
+    result = botweave("run", str(config))
+    assert result.returncode != 0
+    assert "cannot reach the Redis store at redis://127.0.0.1:1/0" in result.stderr
+    assert "Traceback" not in result.stderr
