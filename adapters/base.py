@@ -48,7 +48,9 @@ class Adapter(ABC):
             log.exception("%s: runtime failed to accept an inbound item", self.platform)
 
     @abstractmethod
-    async def start(self) -> None: ...
+    async def start(self, *, inbound: bool = True) -> None:
+        """Log in and get ready to send; with `inbound`, also start receiving. A worker that
+        only answers items from the shared stream starts with `inbound=False`."""
 
     @abstractmethod
     async def stop(self) -> None: ...

@@ -42,8 +42,10 @@ class ConsoleAdapter(Adapter):
         self._user = BotUser("local", "local", self.config.user_name)
         self._channel = BotChannel(CHAT_ID, "dm", "console")
 
-    async def start(self) -> None:
+    async def start(self, *, inbound: bool = True) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
+        if not inbound:
+            return
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         # A daemon thread, not asyncio.to_thread: a read blocked on the terminal must not keep

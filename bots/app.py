@@ -17,13 +17,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from bots.agents import Agent, AgentError, History
 from bots.commands import BUILTIN_COMMANDS, CommandContext, run_command
 from bots.config import BotConfig, Config, load_config
 from bots.conversations import ConversationLocks
-from bots.delivery import Delivery, ReplyChannel
+from bots.durable import InboundStream, PlatformLeader
+from bots.redis_store import RedisStore
+from bots.delivery import Delivery, Outbox, ReplyChannel
 from bots.hooks import HookEvent, HookRegistry
 from bots.replies import chunk_text
 from bots.router import Router, conversation_key
@@ -44,6 +46,7 @@ ADAPTER_CLASSES = {
     "discord": "adapters.discord:DiscordAdapter",
     "slack": "adapters.slack:SlackAdapter",
 }
+Role = Literal["all", "worker", "ingress"]
 APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
 RATE_LIMIT_NOTICE = "You're sending messages faster than I can answer; please wait a moment."
 
@@ -74,8 +77,12 @@ def load_adapter_class(platform: str) -> type[Adapter]:
 
 
 class App:
-    def __init__(self, config: Config, *, store: Store | None = None) -> None:
+    def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
         self.config = config
+        self.role = role
+        self.stream: InboundStream | None = None
+        self._stopping = asyncio.Event()
+        self._background: list[asyncio.Task[Any]] = []
         self.store = store or open_store(config.store.url, config.store.prefix)
         self.hooks = HookRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
@@ -88,6 +95,7 @@ class App:
         self._started_at = time.monotonic()
         self._dropped_logged: dict[frozenset[str], float] = {}
         self.access = AccessControl(self.store)
+        self.outbox = Outbox(self.store, config.store.dedup_ttl_seconds)
         limits = config.admission
         self.admission = Admission(
             AdmissionLimits(
@@ -97,10 +105,10 @@ class App:
 
     @classmethod
     def from_config(
-        cls, source: str | os.PathLike[str] | Mapping[str, Any] | Config, *, store: Store | None = None
+        cls, source: str | os.PathLike[str] | Mapping[str, Any] | Config, *, store: Store | None = None, role: Role = "all"
     ) -> App:
         config = source if isinstance(source, Config) else load_config(source)
-        return cls(config, store=store)
+        return cls(config, store=store, role=role)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -114,20 +122,45 @@ class App:
         adapter.bind(self.submit)
 
     async def start(self, platforms: Iterable[str] | None = None) -> None:
-        """Connect the store and start every enabled platform (or just `platforms`)."""
+        """Connect the store and start every enabled platform (or just `platforms`).
+
+        With the in-memory store everything runs in this process. With Redis, inbound items
+        go through the shared stream: `ingress` holds the platform connections (one process
+        per platform, by leader lock), `worker` answers from the stream, `all` does both.
+        """
         await self.store.connect()
-        for name, section in self.config.enabled_platforms(platforms).items():
+        sections = self.config.enabled_platforms(platforms)
+        for name, section in sections.items():
             if name not in self.adapters:
                 self.add_adapter(load_adapter_class(name)(section))
+        durable = isinstance(self.store, RedisStore)
+        if durable:
+            cfg = self.config.store
+            self.stream = InboundStream(self.store, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)  # type: ignore[arg-type]
+            await self.stream.ensure_group()
         for name, adapter in list(self.adapters.items()):
             self._explain_access(name)
             try:
-                await adapter.start()
+                await adapter.start(inbound=not durable)
             except Exception as exc:
                 log.error("platform %s failed to start: %s", name, exc)
                 self.adapters.pop(name)
                 self._platforms.pop(name)
+        if self.stream is not None:
+            if self.role in ("all", "worker"):
+                self._background.append(asyncio.create_task(self.stream.run(self.handle, self._stopping)))
+            if self.role in ("all", "ingress"):
+                for name in self.adapters:
+                    if name in sections:
+                        leader = PlatformLeader(name, lambda n=name: self._inbound_adapter(n, sections[n]), self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
+                        self._background.append(asyncio.create_task(leader.run(self._stopping)))
         self._started_at = time.monotonic()
+
+    def _inbound_adapter(self, name: str, section: Any) -> Adapter:
+        """A second adapter instance that receives; the first one only sends."""
+        adapter = load_adapter_class(name)(section)
+        adapter.bind(self.submit)
+        return adapter
 
     def _explain_access(self, platform: str) -> None:
         policy = self._platforms[platform].config.unknown_user_policy
@@ -141,6 +174,11 @@ class App:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
+        self._stopping.set()
+        if self._background:
+            _, pending = await asyncio.wait(self._background, timeout=timeout)
+            for task in pending:
+                task.cancel()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
             for task in pending:
@@ -166,7 +204,11 @@ class App:
     # --- inbound --------------------------------------------------------------------------
 
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
-        """Accept an item and return at once; the turn runs in the background."""
+        """Accept an item and return at once; the turn runs in the background (or, with
+        Redis, the item is in the shared stream when this returns)."""
+        if self.stream is not None:
+            await self.stream.publish(item)
+            return
         task = asyncio.create_task(self.handle(item))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -209,7 +251,7 @@ class App:
         if verdict == "deny" or (verdict == "pair" and gate == "ignore"):
             log.info("%s: message from unadmitted user %s dropped", msg.platform, msg.sender.user_id)
             return TurnOutcome("denied", detail=verdict)
-        reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks)
+        reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks, self.outbox)
         if verdict == "pair":
             if msg.allow_control and msg.command == "pair":  # the owner, not yet known by id
                 return await self._pair_command(msg, platform, reply)
@@ -223,7 +265,7 @@ class App:
             if event.denied or event.message is None:
                 return TurnOutcome("hook_denied")
             msg = event.message
-            reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks)
+            reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks, self.outbox)
 
         target = self.router.resolve(msg)
         if target is None or target.kind != "agent" or target.name not in self.agents:
@@ -269,13 +311,13 @@ class App:
         if await self.store.window_add(key, time.time(), limit.per_seconds) <= limit.messages:
             return False
         if await self.store.set_if_absent(key + ":notice", "1", ttl=limit.per_seconds):
-            await reply.send_text(RATE_LIMIT_NOTICE)
+            await reply.send_text(RATE_LIMIT_NOTICE, purpose="notice")
         return True
 
     async def _busy_notice(self, msg: BotMessage, reply: ReplyChannel) -> None:
         """At most one "busy" reply per chat per minute, however large the burst."""
         if await self.store.set_if_absent(f"busy:{msg.platform}:{msg.channel.channel_id}", "1", ttl=60):
-            await reply.send_text(self.config.admission.busy_message)
+            await reply.send_text(self.config.admission.busy_message, purpose="notice")
 
     async def _screen_author(self, msg: BotMessage, platform: _Platform) -> str | None:
         """Our own echoes, bots when not allowed, bot loops, commands for other bots."""
@@ -326,7 +368,7 @@ class App:
                 delivery = await reply.send_text(text, model=agent.model, seconds=time.monotonic() - started)
         except AgentError as exc:
             log.error("%s", exc)
-            return TurnOutcome("agent_error", await reply.send_text(APOLOGY), detail=str(exc))
+            return TurnOutcome("agent_error", await reply.send_text(APOLOGY, purpose="apology"), detail=str(exc))
         finally:
             typing.cancel()
         if delivery.silent:

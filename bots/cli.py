@@ -25,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run every enabled platform")
     run.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
+    run.add_argument(
+        "--role",
+        choices=("all", "worker", "ingress"),
+        default="all",
+        help="with a Redis store: hold platform connections (ingress), answer (worker), or both",
+    )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)")
     chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
     check = sub.add_parser("check", help="validate a config and print it with secrets masked")
@@ -62,10 +68,13 @@ def _load(path: str | None) -> Any:
     return load_config(found)
 
 
-async def _serve(config: Any, platforms: list[str] | None) -> int:
+async def _serve(config: Any, platforms: list[str] | None, role: str = "all") -> int:
     from bots.app import App
 
-    app = App(config)
+    if role != "all" and config.store.url.startswith("memory://"):
+        log.error("--role %s needs a shared store (store: {url: redis://...})", role)
+        return 2
+    app = App(config, role=role)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 config.platforms.console = ConsoleConfig()
             return asyncio.run(_serve(config, ["console"]))
-        return asyncio.run(_serve(config, None))
+        return asyncio.run(_serve(config, None, args.role))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return 2

@@ -232,6 +232,10 @@ class StoreConfig(_Strict):
     url: str = Field(default="memory://", repr=False)  # may carry a Redis password
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
     prefix: str = "botweave:default:"
+    # Redis only: how long an unacknowledged inbound item waits before another worker takes
+    # it over, and the time-to-live of conversation and leader locks (renewed while held).
+    stream_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
+    lock_ttl_seconds: Annotated[float, Field(gt=0)] = 15.0
 
     @field_validator("url")
     @classmethod

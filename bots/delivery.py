@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from bots.config import BotConfig
 from bots.hooks import HookEvent, HookRegistry
 from bots.replies import chunk_text, format_footer, is_silent, with_footer
+from bots.store import Store
 from bots.streaming import StreamingReply
 from bots.types import BotMessage, MessageActionResult
 
@@ -35,6 +36,25 @@ class Delivery:
 
 
 @dataclass
+class Outbox:
+    """Remembers every chunk sent for an inbound message, so a turn that runs again after a
+    crash never posts a chunk twice. A chunk is claimed *before* it is sent: one whose send
+    may have reached the platform is never sent again (SPEC §9)."""
+
+    store: Store
+    ttl: float
+
+    async def claim(self, key: str) -> bool:
+        return await self.store.set_if_absent(key, "", ttl=self.ttl)
+
+    async def record(self, key: str, message_id: str) -> None:
+        await self.store.set(key, message_id, ttl=self.ttl)
+
+    async def sent_id(self, key: str) -> str | None:
+        return (await self.store.get(key)) or None
+
+
+@dataclass
 class ReplyChannel:
     """Where a turn's reply goes: the adapter plus the conversation of the message."""
 
@@ -42,18 +62,27 @@ class ReplyChannel:
     origin: BotMessage
     config: BotConfig
     hooks: HookRegistry
+    outbox: Outbox | None = None
 
     @property
     def chat_id(self) -> str:
         return self.origin.channel.channel_id
 
-    async def _send_chunk(self, text: str, first: bool) -> MessageActionResult:
-        return await self.adapter.send(
+    async def _send_chunk(self, text: str, index: int, purpose: str = "reply") -> MessageActionResult:
+        key = f"out:{self.origin.platform}:{self.chat_id}:{self.origin.message_id}:{purpose}:{index}"
+        if self.outbox is not None and not await self.outbox.claim(key):
+            sent = await self.outbox.sent_id(key)
+            log.info("%s: chunk %s of the reply to %s was already sent; not sending it again", self.origin.platform, index, self.origin.message_id)
+            return MessageActionResult("ok", self.chat_id, "already sent", message_id=sent)
+        result = await self.adapter.send(
             self.chat_id,
             text,
             thread_id=self.origin.thread_id,
-            reply_to=self.origin.message_id if first else None,
+            reply_to=self.origin.message_id if index == 0 else None,
         )
+        if self.outbox is not None and result.ok and result.message_id is not None:
+            await self.outbox.record(key, result.message_id)
+        return result
 
     async def _edit(self, message_id: str, text: str) -> MessageActionResult:
         return await self.adapter.edit(self.chat_id, message_id, text, thread_id=self.origin.thread_id)
@@ -88,7 +117,9 @@ class ReplyChannel:
     def _final_text(self, text: str, model: str | None, seconds: float | None) -> str:
         return with_footer(text, format_footer(model, seconds)) if self.config.footer else text
 
-    async def send_text(self, text: str, *, model: str | None = None, seconds: float | None = None) -> Delivery:
+    async def send_text(
+        self, text: str, *, model: str | None = None, seconds: float | None = None, purpose: str = "reply"
+    ) -> Delivery:
         """Deliver a complete reply, chunked to the platform's limit."""
         delivery = Delivery()
         if is_silent(text, self.config.allow_silence, self.config.silence_token):
@@ -101,7 +132,7 @@ class ReplyChannel:
         delivery.text = final
         caps = self.adapter.capabilities
         for index, chunk in enumerate(chunk_text(final, caps.max_message_length, caps.length_unit)):
-            result = await self._send_chunk(chunk, index == 0)
+            result = await self._send_chunk(chunk, index, purpose)
             if result.ok and result.message_id is not None:
                 delivery.message_ids.append(result.message_id)
             else:

@@ -41,7 +41,7 @@ def _ms(ttl: float | None) -> int | None:
 
 class RedisStore(Store):
     def __init__(self, url: str, prefix: str = "botweave:default:") -> None:
-        from redis.asyncio import Redis
+        from redis.asyncio import BlockingConnectionPool, Redis
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -49,19 +49,32 @@ class RedisStore(Store):
 
         self.prefix = prefix
         self._url = url
-        self._redis: Any = Redis.from_url(
+        # A bounded pool that waits for a free connection: a burst of turns must not open
+        # hundreds of sockets at once.
+        pool = BlockingConnectionPool.from_url(
             url,
+            max_connections=64,
+            timeout=30,
             decode_responses=True,
             retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
             health_check_interval=15,
-            socket_connect_timeout=2.0,
+            socket_connect_timeout=5.0,
         )
+        self._redis: Any = Redis(connection_pool=pool)
         self._incr = self._redis.register_script(_INCR)
         self._window = self._redis.register_script(_WINDOW_ADD)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
+
+    def key(self, key: str) -> str:
+        """The full Redis key, for the stream and lock code that talks to Redis directly."""
+        return self.prefix + key
+
+    @property
+    def client(self) -> Any:
+        return self._redis
 
     async def connect(self) -> None:
         from redis.exceptions import RedisError

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from bots.replies import chunk_text
 from bots.types import LengthUnit, MessageActionResult
 
-SendFn = Callable[[str, bool], Awaitable[MessageActionResult]]  # (text, is_first) -> result
+SendFn = Callable[[str, int], Awaitable[MessageActionResult]]  # (text, message index) -> result
 EditFn = Callable[[str, str], Awaitable[MessageActionResult]]  # (message_id, text)
 DeleteFn = Callable[[str], Awaitable[MessageActionResult]]  # (message_id)
 
@@ -71,7 +71,7 @@ class StreamingReply:
                     if result.ok:
                         self._shown[index] = piece
             else:
-                result = await self.send(piece, not self.message_ids)
+                result = await self.send(piece, len(self.message_ids))
                 if not result.ok or result.message_id is None:
                     return
                 self.message_ids.append(result.message_id)

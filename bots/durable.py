@@ -1,0 +1,259 @@
+"""Durable inbound over Redis Streams: nothing is lost on a crash, nothing answered twice.
+
+The process holding a platform connection appends each inbound item to a stream *before*
+the platform is acknowledged. Workers read it through a consumer group and acknowledge an
+entry only after its reply went out; entries left pending by a dead worker are claimed by
+another after `lease` seconds (XAUTOCLAIM), while a live worker keeps its long turns from
+being claimed by touching them (XCLAIM) as a heartbeat.
+
+Order: each message gets a per-conversation sequence number when it is appended. A worker
+runs message n of a conversation only while holding that conversation's lock and after
+message n-1 is done, so any number of workers keep every conversation in order. Delivery
+is at least once; the outbox (bots/delivery.py) makes the visible effect exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bots.conversations import ConversationLocks
+from bots.locks import Lease
+from bots.redis_store import RedisStore
+from bots.router import conversation_key
+from bots.types import BotMessage, PlatformEvent
+
+log = logging.getLogger(__name__)
+
+GROUP = "workers"
+_PUBLISH = """
+local seq = 0
+if ARGV[2] ~= '' then
+  seq = redis.call('INCR', KEYS[2])
+end
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1], 'conv', ARGV[2], 'seq', seq)
+"""
+
+Handler = Callable[[BotMessage | PlatformEvent], Awaitable[Any]]
+
+
+def encode(item: BotMessage | PlatformEvent) -> str:
+    kind = "message" if isinstance(item, BotMessage) else "event"
+    return json.dumps({"kind": kind, "data": item.to_dict()}, ensure_ascii=False)
+
+
+def decode(raw: str) -> BotMessage | PlatformEvent:
+    payload = json.loads(raw)
+    if payload["kind"] == "message":
+        return BotMessage.from_dict(payload["data"])
+    return PlatformEvent(**payload["data"])
+
+
+class InboundStream:
+    def __init__(
+        self,
+        store: RedisStore,
+        *,
+        lease: float = 30.0,
+        lock_ttl: float = 15.0,
+        concurrency: int = 64,
+        max_len: int = 100_000,
+        consumer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.redis = store.client
+        self.stream = store.key("inbound")
+        self.lease = lease
+        self.lock_ttl = lock_ttl
+        self.max_len = max_len
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._concurrency = concurrency
+        self._in_flight: set[str] = set()
+        self._local = ConversationLocks()
+        self._publish = self.redis.register_script(_PUBLISH)
+
+    async def ensure_group(self) -> None:
+        from redis.exceptions import ResponseError
+
+        try:
+            await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def publish(self, item: BotMessage | PlatformEvent) -> str:
+        """Append before the platform is acknowledged; returns the entry id."""
+        conv = conversation_key(item) if isinstance(item, BotMessage) else ""
+        seq_key = self.store.key(f"conv:seq:{conv}")
+        return await self._publish(keys=[self.stream, seq_key], args=[encode(item), conv, self.max_len])
+
+    async def pending_count(self) -> int:
+        info = await self.redis.xpending(self.stream, GROUP)
+        return int(info["pending"])
+
+    async def backlog(self) -> int:
+        """Entries not yet delivered to any worker plus those delivered but not acknowledged."""
+        groups = await self.redis.xinfo_groups(self.stream)
+        for group in groups:
+            if group["name"] == GROUP:
+                return int(group.get("lag") or 0) + int(group["pending"])
+        return 0
+
+    # --- worker side ------------------------------------------------------------------------
+
+    async def run(self, handler: Handler, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set; in-flight entries finish (or stay pending for others)."""
+        await self.ensure_group()
+        tasks: set[asyncio.Task[None]] = set()
+        keeper = asyncio.create_task(self._keep_claims())
+        try:
+            while not stop.is_set():
+                free = self._concurrency - len(self._in_flight)
+                if free <= 0:
+                    # Read only what can start at once: an entry read but not started could be
+                    # the predecessor another worker's turns are waiting for.
+                    await asyncio.sleep(0.01)
+                    continue
+                for entry_id, fields in await self._next_entries(free):
+                    self._in_flight.add(entry_id)
+                    task = asyncio.create_task(self._process(entry_id, fields, handler))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+        finally:
+            keeper.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
+
+    async def _next_entries(self, count: int) -> list[tuple[str, dict[str, str]]]:
+        from redis.exceptions import RedisError
+
+        try:
+            claimed = await self.redis.xautoclaim(
+                self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id="0-0", count=count
+            )
+            entries = [e for e in claimed[1] if e[1]]
+            if entries:
+                log.warning("claimed %d inbound item(s) left by a stopped worker", len(entries))
+                return entries
+            read = await self.redis.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=500)
+            return [entry for _, batch in read for entry in batch]
+        except RedisError:
+            log.warning("reading the inbound stream failed; retrying", exc_info=True)
+            await asyncio.sleep(1.0)
+            return []
+
+    async def _keep_claims(self) -> None:
+        """Touch in-flight entries so a long turn is not mistaken for a dead worker's."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            if not self._in_flight:
+                continue
+            with contextlib.suppress(Exception):
+                await self.redis.xclaim(
+                    self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=list(self._in_flight), justid=True
+                )
+
+    async def _process(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
+        try:
+            item = decode(fields["item"])
+        except (KeyError, ValueError, TypeError):
+            log.error("inbound entry %s is malformed; skipped", entry_id)
+            await self._ack(entry_id)
+            return
+        from redis.exceptions import RedisError
+
+        seq = int(fields.get("seq") or 0)
+        try:
+            for attempt in range(1, 11):
+                try:
+                    if seq:
+                        # Entries of one conversation read by this worker queue here in stream
+                        # order, so only a hand-over between workers has to wait on Redis.
+                        async with self._local.hold(fields["conv"]):
+                            await self._in_order(fields["conv"], seq, entry_id, lambda: handler(item))
+                    else:
+                        await self._run(handler(item), entry_id)
+                    await self._ack(entry_id)
+                    return
+                except RedisError:
+                    log.warning("Redis failed while handling entry %s (attempt %d); retrying", entry_id, attempt)
+                    await asyncio.sleep(min(5.0, 0.1 * 2**attempt))
+            log.error("entry %s left pending after repeated Redis failures; another worker will claim it", entry_id)
+        finally:
+            self._in_flight.discard(entry_id)
+
+    async def _run(self, turn: Awaitable[Any], entry_id: str) -> None:
+        try:
+            await turn
+        except Exception:
+            log.exception("turn for inbound entry %s failed; acknowledged so it is not retried forever", entry_id)
+
+    async def _in_order(self, conv: str, seq: int, entry_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
+        done_key = self.store.key(f"conv:done:{conv}")
+        lock_key = self.store.key(f"lock:conv:{conv}")
+        waited = 0.0
+        while True:
+            lease = Lease(self.redis, lock_key, self.lock_ttl)
+            await lease.acquire(poll=0.01)
+            done = int(await self.redis.get(done_key) or 0)
+            if done >= seq:  # handled already (a worker died between finishing and acknowledging)
+                await lease.release()
+                return
+            if done == seq - 1 or waited > 4 * self.lease:
+                if done != seq - 1:
+                    log.warning("conversation %s: gave up waiting for message %d; continuing at %d", conv, done + 1, seq)
+                break
+            await lease.release()
+            await asyncio.sleep(0.01)
+            waited += 0.01
+        try:
+            await self._run(turn(), entry_id)
+            await self.redis.set(done_key, seq)
+        finally:
+            await lease.release()
+
+    async def _ack(self, entry_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.redis.xack(self.stream, GROUP, entry_id)
+
+
+class PlatformLeader:
+    """Holds one platform connection for the whole deployment: whoever holds the leader lock
+    receives; when it dies, a standby takes over once the lock expires."""
+
+    def __init__(self, platform: str, make_adapter: Callable[[], Any], store: RedisStore, ttl: float) -> None:
+        self.platform = platform
+        self._make_adapter = make_adapter
+        self._redis = store.client
+        self._key = store.key(f"leader:{platform}")
+        self._ttl = ttl
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            lease = Lease(self._redis, self._key, self._ttl)
+            if not await lease.try_acquire():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self._ttl / 3)
+                continue
+            adapter = self._make_adapter()
+            try:
+                await adapter.start(inbound=True)
+                log.info("%s: this process now holds the platform connection", self.platform)
+                stopped, lost = asyncio.create_task(stop.wait()), asyncio.create_task(lease.lost.wait())
+                await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                lost.cancel()
+            except Exception:
+                log.exception("%s: the platform connection failed; retrying", self.platform)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(Exception):
+                    await adapter.stop()
+                await lease.release()
