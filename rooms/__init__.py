@@ -1,1 +1,25 @@
-"""botweave rooms."""
+"""botweave rooms: several agents answering in turn in one conversation (SPEC §10, issue 7).
+
+The planner is pure (roster + transcript in, next speaker out), the runtime persists the
+transcript in the store so restarts resume the same schedule, and the scheduler opens
+activities from cron schedules on APScheduler.
+"""
+
+from rooms.config import RoomConfig, cron_trigger
+from rooms.planner import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
+from rooms.runtime import Room, RoomMember, render_transcript
+from rooms.schedule import RoomScheduler, ScheduleInfo
+
+__all__ = [
+    "Room",
+    "RoomConfig",
+    "RoomEvent",
+    "RoomMember",
+    "RoomScheduler",
+    "RoundRobinRoomPlanner",
+    "ScheduleInfo",
+    "cron_trigger",
+    "extract_mentions",
+    "next_round",
+    "render_transcript",
+]
