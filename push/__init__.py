@@ -1,1 +1,85 @@
-"""botweave push."""
+"""botweave push (SPEC §11): tell a person, on their own channel, when something needs them.
+
+`policy` decides (pure), `preferences` remembers what each person wants, `transports` deliver
+(platform DM or signed webhook), and `notifier` ties them together with counting and digests.
+"""
+
+from push.model import DM_TRANSPORT, PushMessage, Recipient
+from push.notifier import (
+    NotificationOutcome,
+    Notifier,
+    asks_question,
+    digest_text,
+    mention_triggers,
+    mentioned_people,
+)
+from push.policy import (
+    DEFAULT_PREFERENCE,
+    PRIVATE_TEXT,
+    DecisionReason,
+    DetailLevel,
+    NotificationCategory,
+    NotificationDecision,
+    NotificationPreference,
+    evaluate,
+    redact,
+)
+from push.preferences import (
+    NotifyCommandResult,
+    PreferenceStore,
+    PushConfig,
+    WebhookSettings,
+    describe_preference,
+    handle_notify_command,
+    parse_push_config,
+    parse_quiet_hours,
+)
+from push.transports import (
+    DELIVERY_ID_HEADER,
+    SIGNATURE_HEADER,
+    DeliveryResult,
+    DirectMessageTransport,
+    SendDirect,
+    Transport,
+    WebhookTransport,
+    sign_body,
+    verify_signature,
+)
+
+__all__ = [
+    "DEFAULT_PREFERENCE",
+    "DELIVERY_ID_HEADER",
+    "DM_TRANSPORT",
+    "PRIVATE_TEXT",
+    "SIGNATURE_HEADER",
+    "DecisionReason",
+    "DeliveryResult",
+    "DetailLevel",
+    "DirectMessageTransport",
+    "NotificationCategory",
+    "NotificationDecision",
+    "NotificationOutcome",
+    "NotificationPreference",
+    "Notifier",
+    "NotifyCommandResult",
+    "PreferenceStore",
+    "PushConfig",
+    "PushMessage",
+    "Recipient",
+    "SendDirect",
+    "Transport",
+    "WebhookSettings",
+    "WebhookTransport",
+    "asks_question",
+    "describe_preference",
+    "digest_text",
+    "evaluate",
+    "handle_notify_command",
+    "mention_triggers",
+    "mentioned_people",
+    "parse_push_config",
+    "parse_quiet_hours",
+    "redact",
+    "sign_body",
+    "verify_signature",
+]
