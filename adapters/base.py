@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from bots.types import BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+from bots.types import AgentIdentity, BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
 
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 
@@ -65,6 +65,13 @@ class Adapter(ABC):
         reply_to: str | None = None,
     ) -> MessageActionResult:
         """Post one message (already within the length limit); `message_id` is set on ok."""
+
+    async def send_as(
+        self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        """Post under an agent's own name (rooms). Platforms that cannot change the author
+        per message show the name as a bold prefix instead."""
+        return await self.send(chat_id, f"**{identity.name}:** {text}", thread_id=thread_id)
 
     async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
         """A direct message to a user (pairing requests, notifications). Platforms whose DM

@@ -30,10 +30,13 @@ from bots.hooks import HookEvent, HookRegistry
 from bots.replies import chunk_text
 from bots.router import Router, conversation_key
 from bots.store import Store, open_store
-from bots.types import META_SCOPE, BotMessage, MessageActionResult, PlatformEvent
+from bots.types import META_SCOPE, AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 from policies import BotLoopGuard, BotLoopPolicy, decide_gate
 from policies.access_control import AccessControl, pairing_hint
 from policies.admission import Admission, AdmissionLimits
+from push import NotificationCategory, NotificationOutcome, Notifier, Recipient
+from push.notifier import mention_triggers
+from rooms.hub import RoomHub
 
 if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
     from adapters.base import Adapter
@@ -47,6 +50,7 @@ ADAPTER_CLASSES = {
     "slack": "adapters.slack:SlackAdapter",
 }
 Role = Literal["all", "worker", "ingress"]
+DIGEST_FLUSH_SECONDS = 30.0
 APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
 RATE_LIMIT_NOTICE = "You're sending messages faster than I can answer; please wait a moment."
 
@@ -96,6 +100,20 @@ class App:
         self._dropped_logged: dict[frozenset[str], float] = {}
         self.access = AccessControl(self.store)
         self.outbox = Outbox(self.store, config.store.dedup_ttl_seconds)
+        self.push = config.push_config()
+        self.preferences = self.push.preference_store(self.store)
+        self.notifier = Notifier(
+            self.preferences, self.push.transports(self._send_direct), self.store, directory=self.push.recipients
+        )
+        rooms = config.room_configs()
+        self.rooms = (
+            RoomHub(
+                rooms, self.agents, self.store, self._post_as, self._room_conversation,
+                posted=self._room_posted, missed=self._room_missed,
+            )
+            if rooms
+            else None
+        )
         limits = config.admission
         self.admission = Admission(
             AdmissionLimits(
@@ -154,6 +172,10 @@ class App:
                     if name in sections:
                         leader = PlatformLeader(name, lambda n=name: self._inbound_adapter(n, sections[n]), self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
+        if self.rooms is not None and self.role in ("all", "worker"):
+            await self.rooms.start()
+        if self.push.recipients:
+            self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
 
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
@@ -175,6 +197,8 @@ class App:
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
         self._stopping.set()
+        if self.rooms is not None:
+            await self.rooms.stop()
         if self._background:
             _, pending = await asyncio.wait(self._background, timeout=timeout)
             for task in pending:
@@ -248,6 +272,8 @@ class App:
         cfg = platform.config
         verdict = await self.access.verdict(msg, cfg)
         gate = decide_gate(msg, cfg.group_policy)
+        if gate == "ignore" and self._routes_to_room(msg):
+            gate = "reply"  # a channel bound to a room hears every person, mentioned or not
         if verdict == "deny" or (verdict == "pair" and gate == "ignore"):
             log.info("%s: message from unadmitted user %s dropped", msg.platform, msg.sender.user_id)
             return TurnOutcome("denied", detail=verdict)
@@ -268,6 +294,11 @@ class App:
             reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks, self.outbox)
 
         target = self.router.resolve(msg)
+        if target is not None and target.kind == "room" and self.rooms is not None and gate != "observe":
+            if msg.sender.is_bot:
+                return TurnOutcome("ignored", detail="only people open room activities")
+            events = await self.rooms.handle(target.name, msg)
+            return TurnOutcome("room", detail=f"{len(events)} room events")
         if target is None or target.kind != "agent" or target.name not in self.agents:
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome("unroutable")
@@ -280,6 +311,8 @@ class App:
 
         if msg.allow_control and msg.command == "pair":
             return await self._pair_command(msg, platform, reply)
+        if msg.allow_control and msg.command == "notify":
+            return TurnOutcome("command", await reply.send_text(await self._notify_command(msg)))
         if msg.allow_control and msg.command in BUILTIN_COMMANDS:
             ctx = CommandContext(msg, agent, conversation, self.history, self.uptime)
             return TurnOutcome("command", await reply.send_text(await run_command(ctx)))
@@ -291,6 +324,79 @@ class App:
                 await self._busy_notice(msg, reply)
                 return TurnOutcome("busy")
             return await self._agent_turn(msg, agent, conversation, reply)
+
+    def _routes_to_room(self, msg: BotMessage) -> bool:
+        if self.rooms is None:
+            return False
+        target = self.router.resolve(msg)
+        return target is not None and target.kind == "room"
+
+    async def _notify_command(self, msg: BotMessage) -> str:
+        if msg.is_group:
+            return "Notification settings are personal: send /notify to me in a direct message."
+        args = " ".join(msg.command_args)
+        result = await self.preferences.apply_command(msg.platform, msg.sender.user_id, args)
+        return result.reply
+
+    async def notify(
+        self,
+        category: NotificationCategory | str,
+        recipients: Iterable[Recipient | str],
+        content: str,
+        identity: str | None = None,
+        urgent: bool = False,
+    ) -> list[NotificationOutcome]:
+        """Tell people something needs them (approvals, questions; SPEC §11), honouring each
+        person's categories, quiet hours and detail level."""
+        return await self.notifier.notify(NotificationCategory(category), list(recipients), content, identity, urgent)
+
+    async def _send_direct(self, platform: str, user_id: str, text: str) -> MessageActionResult:
+        adapter = self.adapters.get(platform)
+        if adapter is None:
+            return MessageActionResult("no_route", f"{platform}:{user_id}", f"platform {platform} is not running")
+        return await adapter.send_direct(user_id, text)
+
+    async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:
+        resolved = self.resolve_target(target)
+        if resolved is None:
+            return MessageActionResult("no_route", target, "target not resolvable")
+        adapter, chat, thread = resolved
+        caps = adapter.capabilities
+        result = MessageActionResult("ok", target)
+        for chunk in chunk_text(text, caps.max_message_length, caps.length_unit):
+            result = await adapter.send_as(identity, chat, chunk, thread_id=thread)
+            if not result.ok:
+                break
+        await adapter.end_reply(chat, [])
+        return result
+
+    def _room_conversation(self, target: str) -> str | None:
+        resolved = self.resolve_target(target)
+        if resolved is None:
+            return None
+        adapter, chat, thread = resolved
+        return f"{adapter.platform}:{chat}:{thread}" if thread else f"{adapter.platform}:{chat}"
+
+    async def _room_posted(self, room: str, speaker: str, text: str) -> None:
+        for recipient, category in mention_triggers(text, self.push.known_people()):
+            await self.notifier.notify(category, [recipient], text, identity=f"room {room} ({speaker})")
+
+    async def _room_missed(self, room: str, detail: str) -> None:
+        owner = self.rooms.configs[room].owner if self.rooms is not None else None
+        log.warning("room %s: %s", room, detail)
+        if owner:
+            await self.notifier.notify(
+                NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Room {room}: {detail}", identity=f"room {room}"
+            )
+
+    async def _flush_digests(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=DIGEST_FLUSH_SECONDS)
+            try:
+                await self.notifier.flush_digests()
+            except Exception:
+                log.exception("delivering notification digests failed; will retry")
 
     async def _pair_command(self, msg: BotMessage, platform: _Platform, reply: ReplyChannel) -> TurnOutcome:
         answer, welcome = await self.access.pair_command(msg, platform.config)
@@ -380,6 +486,10 @@ class App:
         if not delivery.cancelled:
             answer = {"role": "assistant", "content": delivery.text if not delivery.silent else ""}
             await self.history.append(conversation, agent.config.max_history, user_entry, answer)
+        if status == "replied" and time.monotonic() - started >= self.push.agent_finished_after_seconds:
+            await self.notifier.notify(
+                NotificationCategory.AGENT_FINISHED, [f"{msg.platform}:{msg.sender.user_id}"], delivery.text, identity=agent.name
+            )
         return TurnOutcome(status, delivery)
 
     async def _keep_typing(self, reply: ReplyChannel) -> None:

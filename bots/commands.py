@@ -11,8 +11,9 @@ HELP = {
     "new": "start a new conversation (forget the earlier messages)",
     "help": "show this help",
     "status": "show the agent, model, platform and uptime",
+    "notify": "your notification settings (in a direct message; /notify help)",
 }
-BUILTIN_COMMANDS = frozenset(HELP)
+BUILTIN_COMMANDS = frozenset(HELP) - {"notify"}  # /notify is answered by the push settings
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,10 @@ class AgentConfig(_Strict):
     api_base: Optional[str] = None
     api_key: Optional[SecretStr] = None
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    # How the agent appears when it posts as itself in a room.
+    display_name: Optional[str] = None
+    avatar_url: Optional[str] = None
+    icon_emoji: Optional[str] = None
 
 
 class RouteMatch(_Strict):
@@ -278,8 +282,32 @@ class Config(_Strict):
                     + ", ".join(sorted(self.agents))
                 )
             if route.room is not None and route.room not in self.rooms:
-                raise ValueError(f"routes.{i}.room: unknown room {route.room!r}")
+                known = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
+                raise ValueError(f"routes.{i}.room: unknown room {route.room!r}; defined rooms: {known}")
+        self._check_rooms()
         return self
+
+    def _check_rooms(self) -> None:
+        from rooms.config import RoomConfig
+
+        for name, data in self.rooms.items():
+            room = RoomConfig.from_dict(str(name), data)
+            missing = [member for member in room.roster if member not in self.agents]
+            if missing:
+                raise ValueError(
+                    f"rooms.{name}.roster: {', '.join(missing)} not defined under `agents:`; "
+                    f"defined agents: {', '.join(sorted(self.agents))}"
+                )
+
+    def push_config(self) -> Any:
+        from push.preferences import parse_push_config
+
+        return parse_push_config(self.push)
+
+    def room_configs(self) -> dict[str, Any]:
+        from rooms.config import RoomConfig
+
+        return {str(name): RoomConfig.from_dict(str(name), data) for name, data in self.rooms.items()}
 
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
@@ -428,5 +456,6 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_errors(exc)) from None
+    config.push_config()  # raises ConfigError naming each push.* problem
     config._env_refs = refs
     return config

@@ -279,6 +279,16 @@ class PlatformEvent:
         return payload
 
 
+@dataclass(frozen=True, slots=True)
+class AgentIdentity:
+    """How an agent appears when it posts as itself (rooms): a name and, where the platform
+    can show one, an avatar (Discord webhooks, Slack `icon_url`) or an emoji (Slack)."""
+
+    name: str
+    avatar_url: str | None = None
+    icon_emoji: str | None = None
+
+
 ActionStatus = Literal["ok", "unsupported", "failed", "no_route"]
 
 

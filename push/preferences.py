@@ -214,6 +214,8 @@ class PushConfig:
     recipients: Mapping[str, Recipient] = field(default_factory=dict)
     preferences: Mapping[str, NotificationPreference] = field(default_factory=dict)
     webhooks: Mapping[str, WebhookSettings] = field(default_factory=dict)
+    #: A turn running longer than this notifies the person who asked (`agent_finished`).
+    agent_finished_after_seconds: float = 60.0
 
     def known_people(self) -> dict[str, Recipient]:
         """Handle (lower-case, no `@`) → recipient, for `mentioned_people`."""
@@ -242,8 +244,14 @@ def parse_push_config(raw: Mapping[str, Any] | None, path: str = "push") -> Push
     if not isinstance(raw, Mapping):
         raise ConfigError([f"{path}: expected a mapping with defaults, webhooks, recipients"])
     for key in raw:
-        if key not in ("defaults", "webhooks", "recipients"):
-            problems.append(f"{path}.{key}: unknown setting; allowed: defaults, webhooks, recipients")
+        if key not in ("defaults", "webhooks", "recipients", "agent_finished_after_seconds"):
+            problems.append(
+                f"{path}.{key}: unknown setting; allowed: defaults, webhooks, recipients, agent_finished_after_seconds"
+            )
+    finished_after = raw.get("agent_finished_after_seconds", 60.0)
+    if isinstance(finished_after, bool) or not isinstance(finished_after, (int, float)) or finished_after <= 0:
+        problems.append(f"{path}.agent_finished_after_seconds: must be a number of seconds > 0 (got {finished_after!r})")
+        finished_after = 60.0
 
     defaults = _parse_preference(raw.get("defaults"), f"{path}.defaults", DEFAULT_PREFERENCE, (), problems)
 
@@ -296,7 +304,7 @@ def parse_push_config(raw: Mapping[str, Any] | None, path: str = "push") -> Push
         )
     if problems:
         raise ConfigError(problems)
-    return PushConfig(defaults, recipients, preferences, webhooks)
+    return PushConfig(defaults, recipients, preferences, webhooks, float(finished_after))
 
 
 # --------------------------------------------------------------------------- the store

@@ -26,7 +26,7 @@ __all__ = ["PLANNERS", "RoomConfig", "cron_trigger"]
 PLANNERS = ("round_robin",)
 _FIELDS = (
     "roster", "agents", "planner", "max_rounds", "max_messages", "instructions",
-    "schedule", "timezone", "kickoff", "target", "misfire_grace_seconds",
+    "schedule", "timezone", "kickoff", "target", "misfire_grace_seconds", "owner",
 )
 _NICKNAMES = {
     "@yearly": "0 0 1 1 *",
@@ -152,6 +152,7 @@ class RoomConfig:
     kickoff: str | None = None
     target: str | None = None
     misfire_grace_seconds: float = 300
+    owner: str | None = None  # `<platform>:<user_id>` told when a stand-up fails or is missed
     _roster_key: str = field(default="roster", repr=False, compare=False)
 
     def __post_init__(self) -> None:

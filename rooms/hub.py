@@ -1,0 +1,103 @@
+"""Rooms bound to real channels: the runtime hands people's messages in, posts go out under
+each agent's own identity, and stand-ups kick off on schedule.
+
+A room's conversation is its target string (`platform:chat[:thread]`, SPEC §9), so a stored
+transcript names where it lives and a scheduled kickoff and a person's message in the same
+channel continue one activity.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
+
+from bots.agents import Agent
+from bots.store import Store
+from bots.types import AgentIdentity, BotMessage, MessageActionResult
+from rooms.config import RoomConfig
+from rooms.planner import RoomEvent
+from rooms.runtime import Room
+from rooms.schedule import RoomScheduler
+
+log = logging.getLogger(__name__)
+
+PostAs = Callable[[str, AgentIdentity, str], Awaitable[MessageActionResult]]
+"""`post_as(target, identity, text)`: deliver one agent turn to a SPEC §9 target."""
+Posted = Callable[[str, str, str], Awaitable[None]]
+"""`posted(room_name, speaker, text)`: told after each post (push triggers)."""
+Missed = Callable[[str, str], Awaitable[None]]
+"""`missed(room_name, detail)`: a stand-up that was missed or failed."""
+
+
+def room_conversation(msg: BotMessage) -> str:
+    base = f"{msg.platform}:{msg.channel.channel_id}"
+    return f"{base}:{msg.thread_id}" if msg.thread_id else base
+
+
+def identity_of(agent: Agent) -> AgentIdentity:
+    cfg = agent.config
+    return AgentIdentity(cfg.display_name or agent.name, cfg.avatar_url, cfg.icon_emoji)
+
+
+class RoomHub:
+    def __init__(
+        self,
+        configs: Mapping[str, RoomConfig],
+        agents: Mapping[str, Agent],
+        store: Store,
+        post_as: PostAs,
+        resolve_target: Callable[[str], str | None],
+        *,
+        posted: Posted | None = None,
+        missed: Missed | None = None,
+    ) -> None:
+        self._agents = agents
+        self._post_as = post_as
+        self._resolve_target = resolve_target
+        self._posted = posted
+        self._missed = missed
+        self.configs = dict(configs)
+        self.rooms = {
+            name: Room(cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name))
+            for name, cfg in self.configs.items()
+        }
+        self.scheduler = RoomScheduler(list(self.configs.values()), self._fire, store, on_missed=self._on_missed)
+
+    def _poster(self, room_name: str) -> Callable[[str, str, str], Awaitable[None]]:
+        async def post(conversation: str, speaker: str, text: str) -> None:
+            agent = self._agents.get(speaker)
+            identity = identity_of(agent) if agent is not None else AgentIdentity(speaker)
+            result = await self._post_as(conversation, identity, text)
+            if not result.ok:
+                raise RuntimeError(f"room {room_name}: posting as {speaker} failed: {result.status} {result.detail}")
+            if self._posted is not None:
+                await self._posted(room_name, speaker, text)
+
+        return post
+
+    async def handle(self, room_name: str, msg: BotMessage) -> list[RoomEvent]:
+        """A person's message opens (or continues) an activity in the room."""
+        return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, msg.prompt_text)
+
+    async def _fire(self, room_name: str, target: str, kickoff: str) -> None:
+        try:
+            conversation = self._resolve_target(target)
+            if conversation is None:
+                raise RuntimeError(f"target {target!r} does not resolve to a chat")
+            await self.rooms[room_name].kickoff(conversation, kickoff)
+        except Exception as exc:
+            if self._missed is not None:
+                await self._missed(room_name, f"the stand-up failed: {exc}")
+            raise
+
+    async def _on_missed(self, room_name: str, when: datetime) -> None:
+        if self._missed is not None:
+            await self._missed(room_name, f"the stand-up due at {when.isoformat()} was missed")
+
+    async def start(self) -> None:
+        if any(cfg.schedule for cfg in self.configs.values()):
+            await self.scheduler.start()
+
+    async def stop(self) -> None:
+        await self.scheduler.stop()
