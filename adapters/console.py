@@ -17,7 +17,7 @@ from typing import ClassVar, TextIO
 
 from adapters.base import Adapter
 from bots.config import ConsoleConfig
-from bots.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+from bots.types import AgentIdentity, BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
 
 CHAT_ID = "console"
 
@@ -118,6 +118,11 @@ class ConsoleAdapter(Adapter):
             self._open_line = True
         self._shown[message_id] = text
         return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def send_as(
+        self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        return await self.send(chat_id, f"[{identity.name}] {text}", thread_id=thread_id)
 
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         self._end_line()

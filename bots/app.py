@@ -36,7 +36,7 @@ from policies.access_control import AccessControl, pairing_hint
 from policies.admission import Admission, AdmissionLimits
 from push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from push.notifier import mention_triggers
-from rooms.hub import RoomHub
+from rooms.hub import RoomHub, room_conversation
 
 if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
     from adapters.base import Adapter
@@ -139,7 +139,7 @@ class App:
         self._platforms[name] = _Platform(adapter, policy, guard)
         adapter.bind(self.submit)
 
-    async def start(self, platforms: Iterable[str] | None = None) -> None:
+    async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
         """Connect the store and start every enabled platform (or just `platforms`).
 
         With the in-memory store everything runs in this process. With Redis, inbound items
@@ -152,6 +152,7 @@ class App:
             if name not in self.adapters:
                 self.add_adapter(load_adapter_class(name)(section))
         durable = isinstance(self.store, RedisStore)
+        inbound = receive and not durable
         if durable:
             cfg = self.config.store
             self.stream = InboundStream(self.store, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)  # type: ignore[arg-type]
@@ -159,12 +160,12 @@ class App:
         for name, adapter in list(self.adapters.items()):
             self._explain_access(name)
             try:
-                await adapter.start(inbound=not durable)
+                await adapter.start(inbound=inbound)
             except Exception as exc:
                 log.error("platform %s failed to start: %s", name, exc)
                 self.adapters.pop(name)
                 self._platforms.pop(name)
-        if self.stream is not None:
+        if self.stream is not None and receive:
             if self.role in ("all", "worker"):
                 self._background.append(asyncio.create_task(self.stream.run(self.handle, self._stopping)))
             if self.role in ("all", "ingress"):
@@ -172,7 +173,7 @@ class App:
                     if name in sections:
                         leader = PlatformLeader(name, lambda n=name: self._inbound_adapter(n, sections[n]), self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
-        if self.rooms is not None and self.role in ("all", "worker"):
+        if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
         if self.push.recipients:
             self._background.append(asyncio.create_task(self._flush_digests()))
@@ -293,12 +294,11 @@ class App:
             msg = event.message
             reply = ReplyChannel(platform.adapter, msg, cfg, self.hooks, self.outbox)
 
+        if msg.allow_control and msg.command == "notify":
+            return TurnOutcome("command", await reply.send_text(await self._notify_command(msg)))
         target = self.router.resolve(msg)
         if target is not None and target.kind == "room" and self.rooms is not None and gate != "observe":
-            if msg.sender.is_bot:
-                return TurnOutcome("ignored", detail="only people open room activities")
-            events = await self.rooms.handle(target.name, msg)
-            return TurnOutcome("room", detail=f"{len(events)} room events")
+            return await self._room_turn(target.name, msg, reply)
         if target is None or target.kind != "agent" or target.name not in self.agents:
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome("unroutable")
@@ -311,8 +311,6 @@ class App:
 
         if msg.allow_control and msg.command == "pair":
             return await self._pair_command(msg, platform, reply)
-        if msg.allow_control and msg.command == "notify":
-            return TurnOutcome("command", await reply.send_text(await self._notify_command(msg)))
         if msg.allow_control and msg.command in BUILTIN_COMMANDS:
             ctx = CommandContext(msg, agent, conversation, self.history, self.uptime)
             return TurnOutcome("command", await reply.send_text(await run_command(ctx)))
@@ -324,6 +322,16 @@ class App:
                 await self._busy_notice(msg, reply)
                 return TurnOutcome("busy")
             return await self._agent_turn(msg, agent, conversation, reply)
+
+    async def _room_turn(self, room: str, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome:
+        assert self.rooms is not None
+        if msg.sender.is_bot:
+            return TurnOutcome("ignored", detail="only people open room activities")
+        if msg.allow_control and msg.command == "new":
+            await self.rooms.rooms[room].reset(room_conversation(msg))
+            return TurnOutcome("command", await reply.send_text(f"Room {room} starts afresh."))
+        events = await self.rooms.handle(room, msg)
+        return TurnOutcome("room", detail=f"{len(events)} room events")
 
     def _routes_to_room(self, msg: BotMessage) -> bool:
         if self.rooms is None:

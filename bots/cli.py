@@ -35,6 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
     check = sub.add_parser("check", help="validate a config and print it with secrets masked")
     check.add_argument("config", help="bot.yaml to check")
+    room = sub.add_parser("room", help="list rooms or run a stand-up now")
+    room_sub = room.add_subparsers(dest="action", required=True)
+    room_list = room_sub.add_parser("list", help="rooms, their schedules and next run times")
+    room_list.add_argument("--config", help="bot.yaml")
+    room_run = room_sub.add_parser("run", help="kick a room off now")
+    room_run.add_argument("name")
+    room_run.add_argument("--target", help="where to post, e.g. discord:123456 (default: the room's target)")
+    room_run.add_argument("--config", help="bot.yaml")
     pair = sub.add_parser("pair", help="approve, deny, list or revoke pairing requests")
     pair_sub = pair.add_subparsers(dest="action", required=True)
     for action, args, text in (
@@ -170,6 +178,31 @@ async def _pair(args: argparse.Namespace) -> int:
         await store.close()
 
 
+async def _room(args: argparse.Namespace) -> int:
+    from bots.app import App
+
+    app = App(_load(args.config))
+    if app.rooms is None:
+        print("no rooms are configured under `rooms:`", file=sys.stderr)
+        return 1
+    if args.action == "list":
+        for row in app.rooms.scheduler.describe():
+            roster = ", ".join(app.rooms.configs[row.room].roster)
+            when = row.next_run.isoformat() if row.next_run else "-"
+            print(f"{row.room}  [{roster}]  schedule: {row.schedule or '-'}  next: {when}")
+        return 0
+    await app.start(receive=False)  # post only: the running bot keeps the platform connections
+    try:
+        await app.rooms.scheduler.run_now(args.name, args.target)
+        await app.rooms.scheduler.idle()
+    except ValueError as exc:
+        print(f"botweave: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await app.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
@@ -181,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             return _check(args.config)
         if args.command == "pair":
             return asyncio.run(_pair(args))
+        if args.command == "room":
+            return asyncio.run(_room(args))
         config = _load(args.config)
         if args.command == "chat":
             if config.platforms.console is None:

@@ -122,3 +122,36 @@ def test_run_with_unreachable_redis_is_one_clear_error(tmp_path):
     assert result.returncode != 0
     assert "cannot reach the Redis store at redis://127.0.0.1:1/0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+ROOM_CONFIG = """
+agents:
+  planner: {model: offline/echo}
+  critic: {model: offline/echo}
+platforms: {console: {}}
+rooms:
+  standup:
+    roster: [planner, critic]
+    schedule: "0 9 * * 1-5"
+    timezone: Europe/Berlin
+    kickoff: "Good morning!"
+    target: console:console
+routes:
+  - {match: {}, room: standup}
+"""
+
+
+def test_room_list_and_run_now(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text(ROOM_CONFIG)
+    listed = botweave("room", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("standup  [planner, critic]  schedule: 0 9 * * 1-5  next: ")
+    assert "+01:00" in listed.stdout or "+02:00" in listed.stdout  # Berlin time
+    ran = botweave("room", "run", "standup", "--config", str(config))
+    assert ran.returncode == 0, ran.stderr
+    posts = [line for line in ran.stdout.splitlines() if line.startswith("[")]
+    assert [p.split("]")[0] for p in posts] == ["[planner", "[critic"]
+    assert "Good morning!" in ran.stdout
+    unknown = botweave("room", "run", "nosuch", "--config", str(config))
+    assert unknown.returncode == 1 and "unknown room 'nosuch'" in unknown.stderr
