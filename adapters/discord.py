@@ -10,7 +10,11 @@ Pointing discord.py elsewhere (an emulator in tests, or a proxy): discord.py bui
 URL from the process-wide class attribute `discord.http.Route.BASE` and connects its gateway to
 the process-wide `DiscordWebSocket.DEFAULT_GATEWAY`. Changing those would move every client in
 the process, so each adapter instead gives its own client's HTTPClient a subclass that rewrites
-URLs just before use (`_RebasedHTTPClient`). Nothing process-wide is modified.
+URLs just before use (`_RebasedHTTPClient`, installed by re-classing that one HTTPClient
+instance, so the connection state, aiohttp session and rate-limit buckets discord.py already
+wired to it stay as they are). Nothing process-wide is modified. With `gateway_url` set, every
+main-gateway connection of the client (resumes included) goes there; with only `api_base_url`
+set, the gateway URL is asked from that server (GET /gateway/bot), as a proxy would answer.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
@@ -49,8 +54,9 @@ EDIT_FLOOR_MS = 1000
 #: How long start() waits for the gateway's READY before letting it finish in the background.
 CONNECT_TIMEOUT_S = 30.0
 
-_MENTION = re.compile(r"<@!?(?P<user>\d+)>|<@&(?P<role>\d+)>|<#(?P<channel>\d+)>")
-_SPACES = re.compile(r"[ \t]{2,}")
+# A mention and the blanks after it: removing our own mention takes its blanks along, so
+# "<@bot> hi" reads "hi" while the rest of the text (code indentation too) stays untouched.
+_MENTION = re.compile(r"(?:<@!?(?P<user>\d+)>|<@&(?P<role>\d+)>|<#(?P<channel>\d+)>)(?P<trail>[ \t]*)")
 # Message types that carry a person's (or bot's) words; joins, pins, boosts etc. are skipped.
 _CHAT_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
 _ALL_KINDS = frozenset(
@@ -85,6 +91,9 @@ class _Lru(Generic[K, V]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
+
+    def discard(self, key: K) -> None:
+        self._data.pop(key, None)
 
     def put(self, key: K, value: V) -> None:
         self._data[key] = value
@@ -189,6 +198,11 @@ class _GatewayClient(discord.Client):
     async def on_connect(self) -> None:
         self.connected.set()
 
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        """A handler that failed on an odd payload costs that event only; say so in one line."""
+        error = sys.exc_info()[1]
+        log.warning("discord: %s skipped an unexpected payload (%s: %s)", event_method, type(error).__name__, error)
+
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
 
@@ -196,10 +210,11 @@ class _GatewayClient(discord.Client):
         await self._adapter._on_raw_edit(payload)
 
     async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
-        await self._adapter._on_raw_delete(payload.channel_id, [payload.message_id])
+        cached = [payload.cached_message] if payload.cached_message else []
+        await self._adapter._on_raw_delete(payload.channel_id, [payload.message_id], cached)
 
     async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
-        await self._adapter._on_raw_delete(payload.channel_id, sorted(payload.message_ids))
+        await self._adapter._on_raw_delete(payload.channel_id, sorted(payload.message_ids), payload.cached_messages)
 
     async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
         await self._adapter._on_reaction("reaction_added", payload)
@@ -242,6 +257,10 @@ class DiscordAdapter(Adapter):
         member_events = bool(getattr(config, "member_events", False))
         # Member join/leave arrive only with the privileged members intent.
         self.emits = _ALL_KINDS if member_events else _ALL_KINDS - _MEMBER_KINDS
+        # discord.py warns once per process that voice needs PyNaCl/davey; botweave never uses
+        # voice, so consume those one-shot flags instead of printing two alarming lines.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
         self.client = _GatewayClient(
             self,
             api_base=getattr(config, "api_base_url", None),
@@ -253,14 +272,19 @@ class DiscordAdapter(Adapter):
         )
         self.application_id: int | None = None
         self._connect_task: asyncio.Task[None] | None = None
+        self._started = False
         self._quotes: _Lru[int, QuotedRef | None] = _Lru(512)  # referenced message -> quote
         self._message_channels: _Lru[str, int] = _Lru(4096)  # message id -> channel/thread id
         self._own_deletes: _Lru[int, bool] = _Lru(512)  # deletions we made ourselves
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Log in (REST), then run the gateway in the background and wait for READY."""
+    async def start(self, *, inbound: bool = True) -> None:
+        """Log in (REST); with `inbound`, also run the gateway in the background and wait for READY.
+
+        Without `inbound` (a worker answering from the shared stream) no gateway connection is
+        made: sending, editing, reacting and typing need only REST.
+        """
         token = self._token()
         try:
             await self.client.login(token)
@@ -274,8 +298,12 @@ class DiscordAdapter(Adapter):
         assert user is not None  # login() sets it
         self.self_user = BotUser(str(user.id), user.name, user.display_name, True)
         self.application_id = self.client.application_id
+        if not inbound:
+            self._started = True
+            return
+        await self._discover_gateway()
         self._connect_task = asyncio.create_task(self._run_gateway(), name="discord-gateway")
-        self._connect_task.add_done_callback(_retrieve)
+        self._connect_task.add_done_callback(self._gateway_ended)
         waiter = asyncio.create_task(self.client.connected.wait())
         done, _ = await asyncio.wait(
             {waiter, self._connect_task}, timeout=CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
@@ -287,6 +315,31 @@ class DiscordAdapter(Adapter):
                 raise error
         if not done:
             log.warning("discord: gateway not ready after %.0fs; still connecting in the background", CONNECT_TIMEOUT_S)
+        self._started = True
+
+    async def _discover_gateway(self) -> None:
+        """With only `api_base_url` set, ask that server where its gateway is (GET /gateway/bot).
+
+        discord.py 2.x always dials Discord's default gateway; a proxy or emulator that serves
+        the REST API also names its gateway, so one setting is enough.
+        """
+        http = self.client.http
+        if not isinstance(http, _RebasedHTTPClient) or http.botweave_gateway is not None:
+            return
+        try:
+            _, url, _ = await http.get_bot_gateway()
+        except discord.GatewayNotFound as exc:
+            await self.client.close()
+            raise self._login_failed(f"{http.botweave_api_base} did not name a gateway (GET /gateway/bot)") from exc
+        http.botweave_gateway = yarl.URL(url)
+
+    def _gateway_ended(self, task: asyncio.Task[None]) -> None:
+        """A refusal after start() returned has nobody to raise to: log its one line here."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self._started:
+            log.error("%s", error)
 
     async def _run_gateway(self) -> None:
         """discord.py's connect loop (it reconnects and resumes itself); fatal refusals end it."""
@@ -305,10 +358,10 @@ class DiscordAdapter(Adapter):
             if not self.client.is_closed():
                 await self.client.close()
 
-    def _login_failed(self, reason: str) -> DiscordLoginError:
-        line = f"discord: login failed: {reason}"
-        log.error(line)
-        return DiscordLoginError(line)
+    @staticmethod
+    def _login_failed(reason: str) -> DiscordLoginError:
+        """The one line a user sees; start() raises it (the runtime logs it), later it is logged."""
+        return DiscordLoginError(f"discord: login failed: {reason}")
 
     def _token(self) -> str:
         secret = getattr(self.config, "token", None)
@@ -343,8 +396,12 @@ class DiscordAdapter(Adapter):
     async def _on_message(self, message: discord.Message) -> None:
         try:
             item = await self.normalize(message)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # discord.py tolerates some missing fields (no `author`) that we cannot do without
+            log.warning("discord: skipped malformed message %s (%s: %s)", message.id, type(exc).__name__, exc)
+            return
         except Exception:
-            log.exception("discord: could not read message %s", getattr(message, "id", "?"))
+            log.exception("discord: could not read message %s", message.id)
             return
         if item is not None:
             await self.dispatch(item)
@@ -418,7 +475,8 @@ class DiscordAdapter(Adapter):
         guild = message.guild
         mentioned = False
 
-        def replace(match: re.Match[str]) -> str:
+        def name_of(match: re.Match[str]) -> str | None:
+            """`@name` / `#name` for a mention, "" for ours, None when it cannot be resolved."""
             nonlocal mentioned
             if match.group("user"):
                 user_id = int(match.group("user"))
@@ -426,20 +484,25 @@ class DiscordAdapter(Adapter):
                     mentioned = True
                     return ""
                 user = users.get(user_id)
-                return f"@{user.name}" if user is not None else match.group(0)
+                return f"@{user.name}" if user is not None else None
             if match.group("role"):
                 role_id = int(match.group("role"))
                 if role_id in own_roles:
                     mentioned = True
                     return ""
                 role = guild.get_role(role_id) if guild is not None else None
-                return f"@{role.name}" if role is not None else match.group(0)
+                return f"@{role.name}" if role is not None else None
             channel_id = int(match.group("channel"))
             channel = guild.get_channel_or_thread(channel_id) if guild is not None else None
-            return f"#{channel.name}" if channel is not None else match.group(0)
+            return f"#{channel.name}" if channel is not None else None
 
-        text = _MENTION.sub(replace, message.content)
-        text = "\n".join(_SPACES.sub(" ", line).strip() for line in text.split("\n")).strip()
+        def replace(match: re.Match[str]) -> str:
+            name = name_of(match)
+            if name is None:
+                return match.group(0)
+            return name + match.group("trail") if name else ""
+
+        text = _MENTION.sub(replace, message.content).strip()
         if self.self_user is not None and any(self._is_self(u) for u in message.raw_mentions):
             mentioned = True
         if own_roles & set(message.raw_role_mentions):
@@ -452,17 +515,16 @@ class DiscordAdapter(Adapter):
         if ref is None or ref.message_id is None or ref.type is not discord.MessageReferenceType.default:
             return None, None, False
         reply_to = str(ref.message_id)
-        if ref.message_id in self._quotes:
+        target = ref.resolved if ref.resolved is not None else ref.cached_message
+        if isinstance(target, discord.DeletedReferencedMessage):
+            quoted = None
+        elif isinstance(target, discord.Message):
+            quoted = self._quote(target)
+        elif ref.message_id in self._quotes:
             quoted = self._quotes.get(ref.message_id)
         else:
-            target = ref.resolved if ref.resolved is not None else ref.cached_message
-            if isinstance(target, discord.DeletedReferencedMessage):
-                quoted = None
-            elif isinstance(target, discord.Message):
-                quoted = self._quote(target)
-            else:
-                quoted = await self._fetch_quote(ref.channel_id, ref.message_id)
-            self._quotes.put(ref.message_id, quoted)
+            quoted = await self._fetch_quote(ref.channel_id, ref.message_id)
+        self._quotes.put(ref.message_id, quoted)
         return quoted, reply_to, quoted is not None and quoted.author == "bot"
 
     async def _fetch_quote(self, channel_id: int, message_id: int) -> QuotedRef | None:
@@ -512,6 +574,7 @@ class DiscordAdapter(Adapter):
     async def _on_raw_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Only real content edits count; embed unfurls re-send the message without editing it."""
         message = payload.message
+        self._quotes.discard(message.id)  # a later reply must quote the new text
         if self._is_own(message):
             return
         cached = payload.cached_message
@@ -537,11 +600,14 @@ class DiscordAdapter(Adapter):
             )
         )
 
-    async def _on_raw_delete(self, channel_id: int, message_ids: list[int]) -> None:
+    async def _on_raw_delete(self, channel_id: int, message_ids: list[int], cached: list[discord.Message]) -> None:
         chat_id, thread_id = self._event_place(channel_id)
+        # Ours (e.g. a silenced stream's placeholder) is not news, whichever process deleted it.
+        ours = {m.id for m in cached if self._is_own(m)}
         for message_id in message_ids:
-            if message_id in self._own_deletes:
-                continue  # we removed it (e.g. a silenced stream); not news to anyone
+            self._quotes.discard(message_id)
+            if message_id in self._own_deletes or message_id in ours:
+                continue
             await self._emit(
                 PlatformEvent(
                     kind="message_deleted",
@@ -635,12 +701,6 @@ class DiscordAdapter(Adapter):
             await self._channel(self._target_id(chat_id, thread_id=thread_id)).typing()
         except Exception as exc:  # noqa: BLE001 - a missed typing indicator is harmless
             log.debug("discord: typing in %s failed: %s", chat_id, exc)
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    """The gateway task's failure was already logged in one line; keep asyncio from repeating it."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _failure(chat_id: str, action: str, exc: Exception) -> MessageActionResult:
