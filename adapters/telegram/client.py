@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from telegram import Update
 from telegram.error import TelegramError
+from telegram.warnings import PTBUserWarning
 from telegram.ext import BaseUpdateProcessor, ExtBot
 
 log = logging.getLogger(__name__)
@@ -25,6 +27,19 @@ log = logging.getLogger(__name__)
 
 class TolerantBot(ExtBot[None]):
     """An `ExtBot` whose polling survives updates it cannot parse."""
+
+    def __init__(self, *args: Any, polled: Callable[[], None] | None = None, **kwargs: Any) -> None:
+        # PTB bots refuse attribute writes once constructed, so this is set first.
+        #: Called after every successful poll, so the adapter can tell a persistent 409
+        #: conflict from a passing one.
+        self._polled = polled
+        self._halted = False
+        super().__init__(*args, **kwargs)
+
+    def halt_polling(self) -> None:
+        """Stop calling getUpdates at all (even PTB's final "confirm" call on shutdown), so a
+        bot that lost a 409 conflict does not knock the other instance's poll over once more."""
+        self._halted = True
 
     async def get_updates(  # type: ignore[override]
         self,
@@ -34,15 +49,20 @@ class TolerantBot(ExtBot[None]):
         allowed_updates: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> tuple[Update, ...]:
+        if self._halted:
+            return ()
         try:
-            return await super().get_updates(
+            updates = await super().get_updates(
                 offset=offset, limit=limit, timeout=timeout, allowed_updates=allowed_updates, **kwargs
             )
         except TelegramError:
             raise
         except Exception:
             log.warning("telegram: a polled batch did not parse; re-reading it update by update")
-        return await self._reparse(offset, limit)
+            updates = await self._reparse(offset, limit)
+        if self._polled is not None:
+            self._polled()
+        return updates
 
     async def _reparse(self, offset: int | None, limit: int | None) -> tuple[Update, ...]:
         params: dict[str, Any] = {"timeout": 0}
@@ -50,7 +70,9 @@ class TolerantBot(ExtBot[None]):
             params["offset"] = offset
         if limit is not None:
             params["limit"] = limit
-        raw = await self.do_api_request("getUpdates", api_kwargs=params)
+        with warnings.catch_warnings():  # PTB suggests get_updates, whose parsing just failed
+            warnings.simplefilter("ignore", PTBUserWarning)
+            raw = await self.do_api_request("getUpdates", api_kwargs=params)
         if not isinstance(raw, list):
             return ()
         return tuple(update for update in map(self._parse_one, raw) if update is not None)

@@ -337,6 +337,15 @@ def _reaction_key(reaction: ReactionType) -> str:
     return str(reaction.type)
 
 
+def _reactor(change: MessageReactionUpdated) -> str:
+    """Who reacted: a user, or the chat itself for anonymous admins and channels."""
+    if change.user is not None:
+        return str(change.user.id)
+    if change.actor_chat is not None:
+        return str(change.actor_chat.id)
+    return ""
+
+
 def reaction_events(update: Update) -> list[PlatformEvent]:
     """One event per emoji that appeared or disappeared between old and new reaction lists."""
     change: MessageReactionUpdated | None = update.message_reaction
@@ -344,24 +353,21 @@ def reaction_events(update: Update) -> list[PlatformEvent]:
         return []
     old = [_reaction_key(r) for r in change.old_reaction]
     new = [_reaction_key(r) for r in change.new_reaction]
-    actor = change.user.id if change.user is not None else change.actor_chat.id if change.actor_chat else 0
-    events = []
-    for kind, emojis in (("reaction_removed", [e for e in old if e not in new]),
-                         ("reaction_added", [e for e in new if e not in old])):
-        for emoji in emojis:
-            events.append(
-                PlatformEvent(
-                    kind=kind,  # type: ignore[arg-type]
-                    platform=PLATFORM,
-                    chat_id=str(change.chat.id),
-                    user_id=str(actor),
-                    message_id=str(change.message_id),
-                    emoji=emoji,
-                    event_id=f"u{update.update_id}:{kind}:{emoji}",
-                    raw=change,
-                )
-            )
-    return events
+    changes = [("reaction_removed", e) for e in old if e not in new]
+    changes += [("reaction_added", e) for e in new if e not in old]
+    return [
+        PlatformEvent(
+            kind=kind,  # type: ignore[arg-type]
+            platform=PLATFORM,
+            chat_id=str(change.chat.id),
+            user_id=_reactor(change),
+            message_id=str(change.message_id),
+            emoji=emoji,
+            event_id=f"u{update.update_id}:{kind}:{emoji}",
+            raw=change,
+        )
+        for kind, emoji in changes
+    ]
 
 
 def edit_event(update: Update) -> PlatformEvent | None:
@@ -382,7 +388,7 @@ def edit_event(update: Update) -> PlatformEvent | None:
     )
 
 
-def _member_event(kind: str, chat: Chat, user: User, stamp: int, raw: Any, thread_id: str | None = None) -> PlatformEvent:
+def _member_event(kind: str, chat: Chat, user: User, stamp: int, raw: Any) -> PlatformEvent:
     """Keyed on (kind, user, second) so a join seen both as a service message and as a
     `chat_member` update is reported once by the runtime's dedup."""
     return PlatformEvent(
@@ -390,7 +396,6 @@ def _member_event(kind: str, chat: Chat, user: User, stamp: int, raw: Any, threa
         platform=PLATFORM,
         chat_id=str(chat.id),
         user_id=str(user.id),
-        thread_id=thread_id,
         event_id=f"{kind}:{user.id}:{stamp}",
         raw=raw,
     )

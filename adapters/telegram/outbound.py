@@ -8,6 +8,9 @@ Three rules shape this module:
   request did not reach Telegram (429, connection refused, pool exhausted) are retried for
   `sendMessage`; edits, deletes and reactions are idempotent and may be retried more freely.
 - Every outcome becomes a `MessageActionResult`; Bot API errors never escape.
+
+Before any call, token buckets keep the bot inside Telegram's published limits (about 30
+requests a second overall, 20 messages a minute into one group), so 429s stay rare.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 import telegramify_markdown
@@ -43,6 +46,8 @@ TELEGRAM_MAX_UTF16 = 4096
 MAX_ATTEMPTS = 6  # per call: 429s and provably-unsent failures
 BACKOFF_BASE_S = 0.25
 BACKOFF_MAX_S = 5.0
+GLOBAL_LIMIT = (30, 1.0)  # requests per period (seconds), all chats together
+GROUP_LIMIT = (20, 60.0)  # new messages per period into one group or channel
 
 # Bot API descriptions (lower-cased fragments) and what they mean for the caller.
 _NOT_FOUND = (
@@ -87,8 +92,26 @@ def render(markdown: str, bot: Bot) -> Rendered:
     return Rendered(text, native or None)
 
 
-def plain(text: str) -> Rendered:
-    return Rendered(text, None)
+class Formatted:
+    """One outgoing text: rendered first, and plain for good once Telegram rejects the entities.
+
+    The switch sticks, so a retry after a 429 does not try the rejected formatting again.
+    """
+
+    def __init__(self, markdown: str, bot: Bot) -> None:
+        self.raw = markdown
+        self.current = render(markdown, bot)
+
+    async def apply(self, call: Callable[[str, list[MessageEntity] | None], Awaitable[T]]) -> T:
+        current = self.current
+        try:
+            return await call(current.text, current.entities)
+        except BadRequest as exc:
+            if current.entities is None or not entity_problem(exc):
+                raise
+            log.warning("telegram: formatting rejected (%s); sending plain text", exc.message)
+            self.current = Rendered(self.raw, None)  # a rejected request was not delivered
+            return await call(self.raw, None)
 
 
 def description(exc: TelegramError) -> str:
@@ -175,22 +198,79 @@ class ChatGate:
                 del self._locks[chat_id]
 
 
+class Bucket:
+    """A token bucket: bursts of up to `capacity`, refilled at `capacity` per `period` seconds."""
+
+    def __init__(self, capacity: int, period: float) -> None:
+        self.capacity = capacity
+        self.period = period
+        self._tokens = float(capacity)
+        self._stamp = time.monotonic()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.capacity, self._tokens + (now - self._stamp) * self.capacity / self.period)
+        self._stamp = now
+
+    @property
+    def idle(self) -> bool:
+        self._refill()
+        return self._tokens >= self.capacity
+
+    async def take(self) -> None:
+        while True:
+            self._refill()
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return
+            await asyncio.sleep((1 - self._tokens) * self.period / self.capacity)
+
+
+def is_group_chat(chat_id: str) -> bool:
+    """Groups, supergroups and channels have negative ids; `@name` targets are channels."""
+    return chat_id.startswith(("-", "@"))
+
+
 class Outbound:
-    """Runs Bot API calls under the chat gate with the retry rules above."""
+    """Runs Bot API calls under the chat gate, the rate buckets and the retry rules above."""
 
-    def __init__(self, gate: ChatGate | None = None, *, sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        gate: ChatGate | None = None,
+        *,
+        global_limit: tuple[int, float] = GLOBAL_LIMIT,
+        group_limit: tuple[int, float] = GROUP_LIMIT,
+    ) -> None:
         self.gate = gate or ChatGate()
-        self._sleep = sleep
+        self._global = Bucket(*global_limit)
+        self._group_limit = group_limit
+        self._groups: dict[str, Bucket] = {}
 
-    async def call(self, chat_id: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
-        """Run `fn` for `chat_id` in order, retrying only where a retry cannot duplicate."""
-        return await self.gate.run(chat_id, lambda: self._attempts(chat_id, fn, idempotent))
+    def _group_bucket(self, chat_id: str) -> Bucket:
+        bucket = self._groups.get(chat_id)
+        if bucket is None:
+            if len(self._groups) > 512:  # forget groups whose budget is full again
+                self._groups = {k: b for k, b in self._groups.items() if not b.idle}
+            bucket = self._groups[chat_id] = Bucket(*self._group_limit)
+        return bucket
 
-    async def _attempts(self, chat_id: str, fn: Callable[[], Awaitable[T]], idempotent: bool) -> T:
+    async def call(
+        self, chat_id: str, fn: Callable[[], Awaitable[T]], *, idempotent: bool, new_message: bool = False
+    ) -> T:
+        """Run `fn` for `chat_id` in order, retrying only where a retry cannot duplicate.
+
+        `new_message` marks calls that post a message, which count against a group's budget.
+        """
+        return await self.gate.run(chat_id, lambda: self._attempts(chat_id, fn, idempotent, new_message))
+
+    async def _attempts(self, chat_id: str, fn: Callable[[], Awaitable[T]], idempotent: bool, new_message: bool) -> T:
         attempt = 0
         while True:
             attempt += 1
             await self.gate.wait_cool(chat_id)
+            if new_message and is_group_chat(chat_id):
+                await self._group_bucket(chat_id).take()
+            await self._global.take()
             try:
                 return await fn()
             except RetryAfter as exc:
@@ -205,7 +285,7 @@ class Outbound:
                     raise
                 delay = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (attempt - 1))
                 log.info("telegram: transient error in chat %s (%s); retry in %.2fs", chat_id, exc, delay)
-                await self._sleep(delay)
+                await asyncio.sleep(delay)
 
 
 def failure(exc: TelegramError, target: str, action: str) -> MessageActionResult:
