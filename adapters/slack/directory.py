@@ -23,6 +23,7 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _MISSING = object()
+_TRANSIENT_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable"})
 
 
 class BoundedCache(Generic[K, V]):
@@ -46,6 +47,9 @@ class BoundedCache(Generic[K, V]):
         self._data.move_to_end(key)
         while len(self._data) > self._max:
             self._data.popitem(last=False)
+
+    def discard(self, key: K) -> None:
+        self._data.pop(key, None)
 
     def add_if_new(self, key: K, value: V) -> bool:
         """Claim a key atomically (no await in between); False when it was already there."""
@@ -86,6 +90,8 @@ class SlackDirectory:
             profile = response.get("user")
         except SlackApiError as exc:
             log.info("slack: users.info for %s failed: %s", user_id, exc.response.get("error"))
+            if exc.response.get("error") in _TRANSIENT_ERRORS:
+                return None
         except Exception as exc:  # network trouble: do not cache, try again next time
             log.warning("slack: users.info for %s failed: %s", user_id, type(exc).__name__)
             return None
@@ -127,7 +133,12 @@ class SlackDirectory:
         self._roots.put((channel_id, ts), message)
 
     async def thread_root(self, channel_id: str, thread_ts: str) -> dict[str, Any] | None:
-        """The first message of a thread via `conversations.replies`, cached per thread."""
+        """The first message of a thread via `conversations.replies`, cached per thread.
+
+        Slack rate-limits this method hard for some apps (down to 1 call a minute), so the
+        client used here does not wait out a 429: the message goes on without its quote and
+        the next message of the thread tries again.
+        """
         key = (channel_id, thread_ts)
         cached = self._roots.get(key, _MISSING)
         if cached is not _MISSING:
@@ -137,8 +148,10 @@ class SlackDirectory:
                 channel=channel_id, ts=thread_ts, limit=1, inclusive=True
             )
         except SlackApiError as exc:
-            log.info("slack: conversations.replies failed: %s", exc.response.get("error"))
-            self._roots.put(key, None)
+            error = exc.response.get("error")
+            log.info("slack: conversations.replies failed: %s", error)
+            if error not in _TRANSIENT_ERRORS:
+                self._roots.put(key, None)
             return None
         except Exception as exc:
             log.warning("slack: conversations.replies failed: %s", type(exc).__name__)

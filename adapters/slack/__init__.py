@@ -1,0 +1,5 @@
+"""Slack: slack-bolt's AsyncApp over Socket Mode (default) or the HTTP Events API."""
+
+from .adapter import SlackAdapter
+
+__all__ = ["SlackAdapter"]

@@ -1,0 +1,386 @@
+"""The Slack adapter: slack-bolt's `AsyncApp` over Socket Mode or the HTTP Events API.
+
+Receiving is bolt's job (signature and timestamp checks, `url_verification`, acknowledging
+within Slack's 3 seconds before any listener runs); this adapter adds what Slack leaves to
+apps: one turn per post although Slack may deliver it several times (retries with
+`X-Slack-Retry-Num`, Socket Mode redeliveries, and the `message` + `app_mention` pair of one
+post), keyed on (channel, ts) for posts and on the Events API `event_id` for other events.
+The bot's own posts are read (to learn which threads it is in) and then dropped.
+
+Sending goes through slack_sdk's `AsyncWebClient`, whose `AsyncRateLimitErrorRetryHandler`
+waits out `Retry-After` on HTTP 429 (a 429 means nothing was posted, so retrying is safe).
+`chat.postMessage` gets its own client that retries a connection error only when the
+connection was never made: a reply that may have been delivered is never posted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import Counter
+from typing import Any
+
+from aiohttp import ClientConnectorError, web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.base import Adapter
+from bots.config import SlackConfig
+from bots.types import BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+
+from .directory import BoundedCache, SlackDirectory
+from .format import emoji_to_reaction, markdown_to_mrkdwn
+from .inbound import MESSAGE_SUBTYPES, SelfIdentity, SlackInbound
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://slack.com/api/"
+SOCKET_CONNECT_TIMEOUT_S = 30.0
+RATE_LIMIT_RETRIES = 3
+API_TIMEOUT_S = 30
+
+# Slack error codes -> MessageActionResult status. Anything not listed is "failed".
+_NO_ROUTE_ERRORS = frozenset({"channel_not_found", "message_not_found", "thread_not_found"})
+_ALREADY_DONE_ERRORS = frozenset({"already_reacted"})
+_UNSUPPORTED_ERRORS = frozenset({"method_not_supported_for_channel_type"})
+
+
+class SlackAdapter(Adapter):
+    platform = "slack"
+    capabilities = PlatformCapabilities(
+        max_message_length=4000,
+        length_unit="chars",
+        can_edit=True,
+        can_delete=True,
+        can_react=True,
+        threads=True,
+        typing=False,  # bot tokens have no typing indicator outside the legacy RTM API
+        markdown="slack",
+        edit_floor_ms=1000,  # chat.update is tier 3 (~50/min): one edit a second per stream
+    )
+    # Slack has no "thread created" event: a thread exists once someone replies.
+    emits = frozenset(
+        {"message_edited", "message_deleted", "reaction_added", "reaction_removed", "member_joined", "member_left"}
+    )
+
+    def __init__(self, config: SlackConfig | None = None) -> None:
+        super().__init__(config or SlackConfig())
+        self.config: SlackConfig
+        self._client: AsyncWebClient | None = None
+        self._post_client: AsyncWebClient | None = None
+        self._bolt: AsyncApp | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._runner: web.AppRunner | None = None
+        self._inbound: SlackInbound | None = None
+        self._directory: SlackDirectory | None = None
+        self._seen: BoundedCache[tuple[str, ...], bool] = BoundedCache(4096)
+        self._bot_threads: BoundedCache[tuple[str, str], bool] = BoundedCache(4096)
+        self._dm_channels: BoundedCache[str, str] = BoundedCache(1024)
+        self.http_port: int | None = None  # the port the Events API endpoint listens on
+        #: Inbound counters (received, duplicate, dispatched, settled): cheap to keep, and how
+        #: an operator or a test tells "Slack never sent it" from "we dropped it".
+        self.inbound_stats: Counter[str] = Counter()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, *, inbound: bool = True) -> None:
+        """Log in with `auth.test`; with `inbound`, also start receiving in the configured mode.
+
+        A send-only instance (a worker answering from the shared stream) opens no Socket Mode
+        connection and no HTTP port: one receiving instance per app is what Slack expects.
+        """
+        self._client = self._web_client("default")
+        self._post_client = self._web_client("post")
+        identity = await self._login(self._client)
+        self._directory = SlackDirectory(self._web_client("lookup"))
+        self._inbound = SlackInbound(
+            self._directory, identity, self._bot_threads, reply_in_thread=self.config.reply_in_thread
+        )
+        if not inbound:
+            return
+        self._bolt = self._build_bolt_app(self._client)
+        if self.config.mode == "socket":
+            await self._start_socket_mode(self._bolt)
+        else:
+            await self._start_http(self._bolt)
+
+    async def stop(self) -> None:
+        if self._socket is not None:
+            try:
+                await self._socket.close_async()
+            except Exception:
+                log.exception("slack: closing the Socket Mode connection failed")
+            self._socket = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _web_client(self, purpose: str) -> AsyncWebClient:
+        """A Web API client on `api_base_url`, with retries that suit what it is used for.
+
+        `default` (edits, deletes, reactions, bolt's own calls) waits out 429 `Retry-After`
+        and retries dropped connections: those calls are idempotent. `post` waits out 429
+        too (a 429 means nothing was posted) but retries only connections that were never
+        made. `lookup` (names, thread roots on the inbound path) does not wait out a 429:
+        a late turn is worse than a turn without a quote.
+        """
+        if purpose == "post":
+            handlers: list[Any] = [AsyncConnectionErrorRetryHandler(error_types=[ClientConnectorError])]
+        else:
+            handlers = [AsyncConnectionErrorRetryHandler()]
+        if purpose != "lookup":
+            handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
+        base_url = self.config.api_base_url or DEFAULT_API_BASE
+        return AsyncWebClient(
+            token=_secret(self.config.bot_token),
+            base_url=base_url if base_url.endswith("/") else base_url + "/",
+            timeout=API_TIMEOUT_S,
+            retry_handlers=handlers,
+        )
+
+    async def _login(self, client: AsyncWebClient) -> SelfIdentity:
+        try:
+            auth = await client.auth_test()
+        except SlackApiError as exc:
+            raise RuntimeError(
+                f"slack: auth.test failed ({exc.response.get('error')}); check platforms.slack.bot_token"
+            ) from None
+        identity = SelfIdentity(
+            user_id=str(auth["user_id"]), bot_id=auth.get("bot_id"), team_id=auth.get("team_id")
+        )
+        name = str(auth.get("user") or "")
+        self.self_user = BotUser(user_id=identity.user_id, username=name, display_name=name, is_bot=True)
+        return identity
+
+    def _build_bolt_app(self, client: AsyncWebClient) -> AsyncApp:
+        http = self.config.mode == "http"
+        app = AsyncApp(
+            client=client,
+            signing_secret=_secret(self.config.signing_secret) if http else None,
+            request_verification_enabled=http,  # Socket Mode is authenticated by the app token
+            # The bot's own posts are dropped by the adapter, after noting the threads they
+            # are in (so a thread another process of this bot replied in counts as addressed).
+            ignoring_self_events_enabled=False,
+            process_before_response=False,  # ack first, then run the listener
+            logger=logging.getLogger("adapters.slack.bolt"),
+        )
+        app.event(re.compile(".*"))(self._on_event)
+        app.command(re.compile(".*"))(self._on_command)
+        return app
+
+    async def _start_socket_mode(self, app: AsyncApp) -> None:
+        app_token = _secret(self.config.app_token)
+        # The SDK retries a failed apps.connections.open forever; a wrong app token should
+        # instead fail start() with a message that says which setting to fix. The URL this
+        # check obtains is the one the client then connects to.
+        assert self._client is not None
+        try:
+            opened = await self._client.apps_connections_open(app_token=app_token)
+        except SlackApiError as exc:
+            raise RuntimeError(
+                f"slack: apps.connections.open failed ({exc.response.get('error')}); check "
+                "platforms.slack.app_token (an xapp- token with connections:write)"
+            ) from None
+        self._socket = AsyncSocketModeHandler(app, app_token=app_token, web_client=self._client)
+        self._socket.client.wss_uri = str(opened["url"])
+        try:
+            await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await self.stop()
+            raise RuntimeError("slack: the Socket Mode connection did not open in time") from None
+
+    async def _start_http(self, app: AsyncApp) -> None:
+        web_app = web.Application()
+        web_app.router.add_post(self.config.http_path, self._handle_http)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.http_host, self.config.http_port)
+        await site.start()
+        self.http_port = self.config.http_port
+        log.info("slack: Events API listening on %s:%s%s", self.config.http_host, self.http_port, self.config.http_path)
+
+    async def _handle_http(self, request: web.Request) -> web.Response:
+        """One Events API request through bolt (which verifies and acknowledges it)."""
+        assert self._bolt is not None
+        bolt_response = await self._bolt.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(bolt_response)
+
+    # --- inbound -------------------------------------------------------------------------
+
+    async def _on_event(self, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """Every Events API event, after bolt acknowledged it: dedup, normalise, dispatch."""
+        self.inbound_stats["received"] += 1
+        try:
+            await self._accept(event, body)
+        finally:
+            self.inbound_stats["settled"] += 1
+
+    async def _accept(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        key = _dedup_key(event, body)
+        if key is not None and not self._seen.add_if_new(key, True):
+            self.inbound_stats["duplicate"] += 1
+            log.debug("slack: duplicate delivery of %s dropped", key)
+            return
+        try:
+            item = await self._normalise(event, body)
+        except Exception:
+            if key is not None:
+                self._seen.discard(key)  # let Slack's retry have another go
+            log.exception("slack: could not read a %s event", event.get("type"))
+            return
+        if item is not None:
+            self.inbound_stats["dispatched"] += 1
+            await self.dispatch(item)
+
+    async def _normalise(self, event: dict[str, Any], body: dict[str, Any]) -> BotMessage | PlatformEvent | None:
+        assert self._inbound is not None
+        kind = event.get("type")
+        if kind == "message":
+            return await self._inbound.message_event(event, body)
+        if kind == "app_mention":
+            return await self._inbound.message(event, body, via_mention=True)
+        if kind in ("reaction_added", "reaction_removed"):
+            return self._inbound.reaction(event, body)
+        if kind in ("member_joined_channel", "member_left_channel"):
+            return self._inbound.membership(event, body)
+        return None
+
+    async def _on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """Slash commands: acknowledge at once, then run the command as a turn."""
+        await ack()
+        assert self._inbound is not None
+        self.inbound_stats["received"] += 1
+        try:
+            trigger = str(body.get("trigger_id") or "")
+            if trigger and not self._seen.add_if_new(("command", trigger), True):
+                self.inbound_stats["duplicate"] += 1
+                return
+            self.inbound_stats["dispatched"] += 1
+            await self.dispatch(await self._inbound.command(body))
+        finally:
+            self.inbound_stats["settled"] += 1
+
+    # --- outbound ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """Post one message; into `thread_id` when the conversation is a thread.
+
+        `reply_to` has no Slack equivalent outside threads (and with `reply_in_thread` the
+        inbound message already carries its own ts as `thread_id`), so it is not used.
+        """
+        body = markdown_to_mrkdwn(text)
+        if not body.strip():
+            return MessageActionResult("failed", chat_id, "empty message")
+        assert self._post_client is not None
+        kwargs: dict[str, Any] = {"channel": chat_id, "text": body}
+        if thread_id:
+            kwargs["thread_ts"] = thread_id
+        try:
+            response = await self._post_client.chat_postMessage(**kwargs)
+        except SlackApiError as exc:
+            return _api_error_result(exc, chat_id)
+        except Exception as exc:
+            log.warning("slack: chat.postMessage to %s failed: %s", chat_id, type(exc).__name__)
+            return MessageActionResult("failed", chat_id, f"{type(exc).__name__}; not resent (may have been delivered)")
+        ts = str(response.get("ts") or "")
+        self._remember_own(chat_id, ts, thread_id, body)
+        return MessageActionResult("ok", chat_id, message_id=ts or None)
+
+    async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
+        """A DM to a user: `conversations.open` gives the DM channel, then a normal post."""
+        channel = await self._dm_channel(user_id)
+        if channel is None:
+            return MessageActionResult("no_route", user_id, "cannot open a direct message")
+        return await self.send(channel, text)
+
+    async def _dm_channel(self, user_id: str) -> str | None:
+        cached = self._dm_channels.get(user_id)
+        if cached is not None:
+            return cached
+        assert self._client is not None
+        try:
+            response = await self._client.conversations_open(users=user_id)
+        except Exception as exc:
+            detail = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+            log.warning("slack: conversations.open for %s failed: %s", user_id, detail)
+            return None
+        channel = str((response.get("channel") or {}).get("id") or "")
+        if channel:
+            self._dm_channels.put(user_id, channel)
+        return channel or None
+
+    async def edit(
+        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        body = markdown_to_mrkdwn(text)
+        result = await self._call("chat_update", chat_id, channel=chat_id, ts=message_id, text=body)
+        if result.ok:
+            self._remember_own(chat_id, message_id, thread_id, body)
+        return result
+
+    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
+        return await self._call("chat_delete", chat_id, channel=chat_id, ts=message_id)
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
+        name = emoji_to_reaction(emoji)
+        return await self._call("reactions_add", chat_id, channel=chat_id, timestamp=message_id, name=name)
+
+    async def _call(self, method: str, chat_id: str, **kwargs: Any) -> MessageActionResult:
+        """An idempotent Web API call reported as a MessageActionResult, never raised."""
+        assert self._client is not None
+        try:
+            await getattr(self._client, method)(**kwargs)
+        except SlackApiError as exc:
+            return _api_error_result(exc, chat_id)
+        except Exception as exc:
+            log.warning("slack: %s in %s failed: %s", method, chat_id, type(exc).__name__)
+            return MessageActionResult("failed", chat_id, type(exc).__name__)
+        return MessageActionResult("ok", chat_id, message_id=kwargs.get("ts") or kwargs.get("timestamp"))
+
+    def _remember_own(self, chat_id: str, ts: str, thread_id: str | None, text: str) -> None:
+        """Remember threads the bot posted in (they address it) and its messages as roots."""
+        if thread_id:
+            self._bot_threads.put((chat_id, thread_id), True)
+        if ts and self._directory is not None and self.self_user is not None:
+            self._directory.remember_root(chat_id, ts, {"ts": ts, "text": text, "user": self.self_user.user_id})
+
+
+def _dedup_key(event: dict[str, Any], body: dict[str, Any]) -> tuple[str, ...] | None:
+    """One key per post (shared by its `message` and `app_mention`), else per event id."""
+    kind = event.get("type")
+    is_post = kind == "app_mention" or (kind == "message" and event.get("subtype") in MESSAGE_SUBTYPES)
+    if is_post and event.get("channel") and event.get("ts"):
+        return ("post", str(event["channel"]), str(event["ts"]))
+    event_id = body.get("event_id")
+    return ("event", str(event_id)) if event_id else None
+
+
+def _api_error_result(exc: SlackApiError, chat_id: str) -> MessageActionResult:
+    error = str(exc.response.get("error") or "error")
+    if error in _ALREADY_DONE_ERRORS:
+        return MessageActionResult("ok", chat_id, error)
+    if error in _NO_ROUTE_ERRORS:
+        return MessageActionResult("no_route", chat_id, error)
+    if error in _UNSUPPORTED_ERRORS:
+        return MessageActionResult("unsupported", chat_id, error)
+    return MessageActionResult("failed", chat_id, error)
+
+
+def _secret(value: Any) -> str | None:
+    return value.get_secret_value() if value is not None else None

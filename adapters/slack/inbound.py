@@ -1,0 +1,306 @@
+"""Slack Events API payloads -> `BotMessage` / `PlatformEvent` (SPEC §3, §6).
+
+Everything Slack-specific about *reading* lives here: which message subtypes are messages,
+how threads map to `thread_id` and a quoted root, when a message counts as addressed to the
+bot (a `<@BOT>` mention, a reply in a thread the bot started or replied in), and which
+happenings become platform events. The adapter decides delivery and deduplication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from bots.types import (
+    META_MENTIONS_BOT,
+    META_REPLY_TO_BOT,
+    META_SCOPE,
+    BotChannel,
+    BotMessage,
+    BotUser,
+    ChannelType,
+    MessageType,
+    PlatformEvent,
+    QuotedRef,
+)
+
+from .directory import BoundedCache, SlackDirectory, channel_type_from_slack
+from .format import mentioned_user_ids, reaction_to_emoji, to_plain_text
+
+PLATFORM = "slack"
+#: `message` subtypes that are something a person (or another bot) said.
+MESSAGE_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "bot_message", "me_message"})
+_MEMBER_KINDS = {"member_joined_channel": "member_joined", "member_left_channel": "member_left"}
+
+
+@dataclass(frozen=True, slots=True)
+class SelfIdentity:
+    """Who the bot is, from `auth.test`: its user id and, for bot_message events, its bot id."""
+
+    user_id: str
+    bot_id: str | None = None
+    team_id: str | None = None
+
+    def authored(self, message: dict[str, Any]) -> bool:
+        if message.get("user") and message.get("user") == self.user_id:
+            return True
+        return bool(self.bot_id) and message.get("bot_id") == self.bot_id
+
+
+class SlackInbound:
+    def __init__(
+        self,
+        directory: SlackDirectory,
+        identity: SelfIdentity,
+        bot_threads: BoundedCache[tuple[str, str], bool],
+        *,
+        reply_in_thread: bool = False,
+    ) -> None:
+        self._directory = directory
+        self._me = identity
+        self._bot_threads = bot_threads
+        self._reply_in_thread = reply_in_thread
+
+    # --- messages ------------------------------------------------------------------------
+
+    async def message_event(
+        self, event: dict[str, Any], body: dict[str, Any]
+    ) -> BotMessage | PlatformEvent | None:
+        """A `message` event of any subtype; None for what is neither a message nor an event."""
+        subtype = event.get("subtype")
+        if subtype == "message_changed":
+            return await self.edited(event, body)
+        if subtype == "message_deleted":
+            return self.deleted(event, body)
+        if subtype not in MESSAGE_SUBTYPES:
+            return None
+        return await self.message(event, body, via_mention=False)
+
+    async def message(
+        self, event: dict[str, Any], body: dict[str, Any], *, via_mention: bool
+    ) -> BotMessage | None:
+        """A post (or an `app_mention` of one) as a BotMessage; the bot's own posts are None.
+
+        The bot's own posts still teach us something: a post in a thread means the bot is
+        part of that thread, whichever process of the bot posted it.
+        """
+        if self._me.authored(event):
+            self._note_own_post(event)
+            return None
+        channel_id = str(event.get("channel", ""))
+        ts = str(event.get("ts", ""))
+        if not channel_id or not ts:
+            return None
+        channel_type = await self._channel_type(channel_id, event.get("channel_type"))
+        raw_text = event.get("text") or ""
+        thread_ts = event.get("thread_ts")
+        in_thread = bool(thread_ts) and thread_ts != ts
+        quoted, reply_to_bot = (None, False)
+        if in_thread:
+            quoted, reply_to_bot = await self._thread_context(channel_id, str(thread_ts), event)
+        thread_id = str(thread_ts) if in_thread else (ts if self._reply_in_thread else None)
+        attachments = _attachments(event.get("files") or [])
+        is_bot = event.get("subtype") == "bot_message" or bool(event.get("bot_id"))
+        return BotMessage(
+            message_id=ts,
+            content=await to_plain_text(raw_text, self._me.user_id, self._directory.display_name),
+            sender=await self._sender(event, is_bot),
+            channel=BotChannel(channel_id=channel_id, channel_type=channel_type),
+            message_type=_message_type(attachments),
+            timestamp=_ts_to_datetime(ts),
+            reply_to=str(thread_ts) if in_thread else None,
+            thread_id=thread_id,
+            attachments=attachments,
+            quoted=quoted,
+            metadata={
+                META_MENTIONS_BOT: via_mention or self._me.user_id in mentioned_user_ids(raw_text),
+                META_REPLY_TO_BOT: reply_to_bot,
+                META_SCOPE: _team(event, body),
+                "slack_subtype": event.get("subtype"),
+            },
+            allow_control=not is_bot,
+            platform=PLATFORM,
+        )
+
+    async def command(self, payload: dict[str, Any]) -> BotMessage:
+        """A slash command (`/new args`) as a command message; always addressed to this bot."""
+        channel_id = str(payload.get("channel_id", ""))
+        channel_name = str(payload.get("channel_name", ""))
+        channel_type: ChannelType
+        if channel_name == "directmessage":
+            channel_type = "dm"
+        elif channel_name == "privategroup" or channel_name.startswith("mpdm-"):
+            channel_type = "group"
+        else:
+            channel_type = await self._directory.channel_type(channel_id)
+        args = await to_plain_text(payload.get("text") or "", self._me.user_id, self._directory.display_name)
+        user_id = str(payload.get("user_id", ""))
+        return BotMessage(
+            message_id=str(payload.get("trigger_id") or payload.get("command_ts") or ""),
+            content=f"{payload.get('command', '')} {args}".strip(),
+            sender=await self._sender({"user": user_id}, False),
+            channel=BotChannel(channel_id=channel_id, channel_type=channel_type, title=channel_name),
+            message_type=MessageType.COMMAND,
+            metadata={META_MENTIONS_BOT: True, META_REPLY_TO_BOT: False, META_SCOPE: payload.get("team_id")},
+            platform=PLATFORM,
+        )
+
+    async def _channel_type(self, channel_id: str, slack_type: str | None) -> ChannelType:
+        mapped = channel_type_from_slack(slack_type)
+        if mapped is None:
+            return await self._directory.channel_type(channel_id)
+        self._directory.remember_channel(channel_id, mapped)
+        return mapped
+
+    async def _sender(self, event: dict[str, Any], is_bot: bool) -> BotUser:
+        user_id = str(event.get("user") or event.get("bot_id") or "")
+        if is_bot and not event.get("user"):
+            name = (event.get("bot_profile") or {}).get("name") or event.get("username") or user_id
+            return BotUser(user_id=user_id, username=name, display_name=name, is_bot=True)
+        profile = await self._directory.user(user_id) if user_id else None
+        display = await self._directory.display_name(user_id) if profile else ""
+        return BotUser(
+            user_id=user_id,
+            username=(profile or {}).get("name", ""),
+            display_name=display,
+            is_bot=is_bot or bool((profile or {}).get("is_bot")),
+        )
+
+    async def _thread_context(
+        self, channel_id: str, thread_ts: str, event: dict[str, Any]
+    ) -> tuple[QuotedRef | None, bool]:
+        """The thread root as a quote, and whether the thread is one the bot is part of."""
+        root = event.get("root")
+        if isinstance(root, dict):  # thread_broadcast carries its root
+            self._directory.remember_root(channel_id, thread_ts, root)
+        else:
+            root = await self._directory.thread_root(channel_id, thread_ts)
+        root_is_ours = event.get("parent_user_id") == self._me.user_id or (root is not None and self._me.authored(root))
+        replied_in = (channel_id, thread_ts) in self._bot_threads or self._replied_in(root)
+        quoted = None
+        if root is not None:
+            quoted = QuotedRef(
+                message_id=thread_ts,
+                text=await to_plain_text(root.get("text") or "", self._me.user_id, self._directory.display_name),
+                author="bot" if root_is_ours else "user",
+            )
+        return quoted, root_is_ours or replied_in
+
+    def _note_own_post(self, event: dict[str, Any]) -> None:
+        thread_ts = event.get("thread_ts")
+        if thread_ts and event.get("channel"):
+            self._bot_threads.put((str(event["channel"]), str(thread_ts)), True)
+
+    def _replied_in(self, root: dict[str, Any] | None) -> bool:
+        return self._me.user_id in ((root or {}).get("reply_users") or [])
+
+    # --- platform events -----------------------------------------------------------------
+
+    async def edited(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
+        """`message_changed` whose text changed; unfurls and our own edits are not edits."""
+        new = event.get("message") or {}
+        previous = event.get("previous_message")
+        if self._me.authored(new):
+            return None
+        if isinstance(previous, dict) and (previous.get("text") or "") == (new.get("text") or ""):
+            return None
+        ts = str(new.get("ts") or "")
+        thread_ts = new.get("thread_ts")
+        return PlatformEvent(
+            kind="message_edited",
+            platform=PLATFORM,
+            chat_id=str(event.get("channel", "")),
+            user_id=str(new.get("user") or new.get("bot_id") or ""),
+            message_id=ts or None,
+            new_text=await to_plain_text(new.get("text") or "", self._me.user_id, self._directory.display_name),
+            thread_id=str(thread_ts) if thread_ts and thread_ts != ts else None,
+            event_id=body.get("event_id"),
+            raw=event,
+        )
+
+    def deleted(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
+        """`message_deleted`; Slack does not say who deleted, so the author stands in."""
+        previous = event.get("previous_message") or {}
+        if self._me.authored(previous):
+            return None
+        thread_ts = previous.get("thread_ts")
+        deleted_ts = event.get("deleted_ts") or previous.get("ts")
+        return PlatformEvent(
+            kind="message_deleted",
+            platform=PLATFORM,
+            chat_id=str(event.get("channel", "")),
+            user_id=str(previous.get("user") or previous.get("bot_id") or ""),
+            message_id=str(deleted_ts) if deleted_ts else None,
+            thread_id=str(thread_ts) if thread_ts and thread_ts != deleted_ts else None,
+            event_id=body.get("event_id"),
+            raw=event,
+        )
+
+    def reaction(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
+        """`reaction_added` / `reaction_removed` on a message (file reactions are ignored)."""
+        item = event.get("item") or {}
+        if item.get("type") != "message" or event.get("user") == self._me.user_id:
+            return None
+        return PlatformEvent(
+            kind=event["type"],
+            platform=PLATFORM,
+            chat_id=str(item.get("channel", "")),
+            user_id=str(event.get("user", "")),
+            message_id=str(item.get("ts", "")) or None,
+            emoji=reaction_to_emoji(str(event.get("reaction", ""))),
+            event_id=body.get("event_id"),
+            raw=event,
+        )
+
+    def membership(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
+        kind = _MEMBER_KINDS.get(event.get("type", ""))
+        if kind is None:
+            return None
+        return PlatformEvent(
+            kind=kind,  # type: ignore[arg-type]
+            platform=PLATFORM,
+            chat_id=str(event.get("channel", "")),
+            user_id=str(event.get("user", "")),
+            event_id=body.get("event_id"),
+            raw=event,
+        )
+
+
+def _attachments(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Slack file objects as SPEC attachments; `url_private` needs the bot token to fetch."""
+    return [
+        {
+            "url": f.get("url_private") or f.get("url_private_download"),
+            "file_id": f.get("id"),
+            "mime": f.get("mimetype"),
+            "size": f.get("size"),
+            "filename": f.get("name"),
+        }
+        for f in files
+        if isinstance(f, dict)
+    ]
+
+
+def _message_type(attachments: list[dict[str, Any]]) -> MessageType:
+    if not attachments:
+        return MessageType.TEXT
+    mimes = [str(a.get("mime") or "") for a in attachments]
+    if all(m.startswith("image/") for m in mimes):
+        return MessageType.IMAGE
+    if all(m.startswith("audio/") for m in mimes):
+        return MessageType.AUDIO
+    if all(m.startswith("video/") for m in mimes):
+        return MessageType.VIDEO
+    return MessageType.FILE
+
+
+def _ts_to_datetime(ts: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(float(ts), timezone.utc)
+    except ValueError:
+        return datetime.now(timezone.utc)
+
+
+def _team(event: dict[str, Any], body: dict[str, Any]) -> str | None:
+    return event.get("team") or body.get("team_id")
