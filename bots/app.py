@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from bots.agents import Agent, AgentError, History
+from bots.agents import Agent, AgentError, History, litellm_module
 from bots.commands import BUILTIN_COMMANDS, CommandContext, run_command
 from bots.config import BotConfig, Config, load_config
 from bots.conversations import ConversationLocks
-from bots.durable import InboundStream, PlatformLeader
+from bots.durable import InboundStream, PlatformLeader, dedup_key
 from bots.redis_store import RedisStore
 from bots.delivery import Delivery, Outbox, ReplyChannel
 from bots.hooks import HookEvent, HookRegistry
-from bots.replies import chunk_text
+from bots.replies import chunk_text, measure
 from bots.router import Router, conversation_key
 from bots.store import Store, open_store
 from bots.types import META_SCOPE, AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
@@ -167,7 +167,10 @@ class App:
                 self._platforms.pop(name)
         if self.stream is not None and receive:
             if self.role in ("all", "worker"):
-                self._background.append(asyncio.create_task(self.stream.run(self.handle, self._stopping)))
+                # litellm takes seconds to import; doing it now, off the loop, keeps the first
+                # turn from stalling the lock and stream heartbeats.
+                await asyncio.to_thread(litellm_module)
+                self._background.append(asyncio.create_task(self.stream.run(self._from_stream, self._stopping)))
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
@@ -232,7 +235,7 @@ class App:
         """Accept an item and return at once; the turn runs in the background (or, with
         Redis, the item is in the shared stream when this returns)."""
         if self.stream is not None:
-            await self.stream.publish(item)
+            await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
         task = asyncio.create_task(self.handle(item))
         self._tasks.add(task)
@@ -243,19 +246,23 @@ class App:
         if not task.cancelled() and task.exception() is not None:
             log.error("turn crashed", exc_info=task.exception())
 
-    async def handle(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
+    async def handle(self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False) -> TurnOutcome:
+        """Run the pipeline for one item. `deduplicated` items (from the shared stream) were
+        checked when they were appended, so a worker re-running a crashed turn is not
+        mistaken for a platform retry."""
+        if not deduplicated and not await self.store.set_if_absent(
+            dedup_key(item), "1", ttl=self.config.store.dedup_ttl_seconds
+        ):
+            return TurnOutcome("duplicate")
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
         async with self._locks.hold(conversation_key(item)):
             return await self._handle_message(item)
 
-    async def _first_time(self, *parts: str) -> bool:
-        key = "dedup:" + ":".join(parts)
-        return await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds)
+    async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
+        return await self.handle(item, deduplicated=True)
 
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
-        if event.event_id and not await self._first_time(event.platform, event.chat_id, "event", event.event_id):
-            return TurnOutcome("duplicate")
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
         return TurnOutcome("event")
 
@@ -264,8 +271,6 @@ class App:
         if platform is None:
             log.warning("message from platform %r that has no adapter; dropped", msg.platform)
             return TurnOutcome("dropped_unknown_platform")
-        if not await self._first_time(msg.platform, msg.channel.channel_id, msg.message_id):
-            return TurnOutcome("duplicate")
         dropped = await self._screen_author(msg, platform)
         if dropped:
             return TurnOutcome(dropped)
@@ -275,6 +280,8 @@ class App:
         gate = decide_gate(msg, cfg.group_policy)
         if gate == "ignore" and self._routes_to_room(msg):
             gate = "reply"  # a channel bound to a room hears every person, mentioned or not
+        if verdict == "pair" and msg.sender.is_bot:
+            verdict = "deny"  # a bot cannot ask its owner to approve a code
         if verdict == "deny" or (verdict == "pair" and gate == "ignore"):
             log.info("%s: message from unadmitted user %s dropped", msg.platform, msg.sender.user_id)
             return TurnOutcome("denied", detail=verdict)
@@ -371,7 +378,10 @@ class App:
         adapter, chat, thread = resolved
         caps = adapter.capabilities
         result = MessageActionResult("ok", target)
-        for chunk in chunk_text(text, caps.max_message_length, caps.length_unit):
+        limit = caps.max_message_length
+        if limit is not None:  # room for the name prefix that platforms without identities add
+            limit -= measure(f"**{identity.name}:** ", caps.length_unit)
+        for chunk in chunk_text(text, limit, caps.length_unit):
             result = await adapter.send_as(identity, chat, chunk, thread_id=thread)
             if not result.ok:
                 break

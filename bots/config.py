@@ -156,6 +156,9 @@ class TelegramConfig(PlatformConfig):
     poll_timeout: Annotated[int, Field(ge=0)] = 30
     #: 409 Conflicts (another poller or a webhook on the same token) tolerated before polling stops.
     conflict_retries: Annotated[int, Field(ge=0)] = 2
+    #: Outbound pacing to stay inside Telegram's limits; a self-hosted Bot API server (or a
+    #: test emulator) may allow more.
+    requests_per_second: Annotated[float, Field(gt=0)] = 30.0
 
 
 class DiscordConfig(PlatformConfig):

@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bots.conversations import ConversationLocks
 from bots.locks import Lease
 from bots.redis_store import RedisStore
 from bots.router import conversation_key
@@ -33,7 +32,11 @@ from bots.types import BotMessage, PlatformEvent
 log = logging.getLogger(__name__)
 
 GROUP = "workers"
+PREDECESSOR_PATIENCE = 20  # leases to wait for an earlier message of a conversation
 _PUBLISH = """
+if ARGV[4] ~= '' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
+  return false
+end
 local seq = 0
 if ARGV[2] ~= '' then
   seq = redis.call('INCR', KEYS[2])
@@ -42,6 +45,13 @@ return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1],
 """
 
 Handler = Callable[[BotMessage | PlatformEvent], Awaitable[Any]]
+
+
+def dedup_key(item: BotMessage | PlatformEvent) -> str:
+    """The identity a platform retry repeats: (platform, chat, message or event id)."""
+    if isinstance(item, BotMessage):
+        return f"dedup:{item.platform}:{item.channel.channel_id}:{item.message_id}"
+    return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id or uuid.uuid4().hex}"
 
 
 def encode(item: BotMessage | PlatformEvent) -> str:
@@ -76,7 +86,7 @@ class InboundStream:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._concurrency = concurrency
         self._in_flight: set[str] = set()
-        self._local = ConversationLocks()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._publish = self.redis.register_script(_PUBLISH)
 
     async def ensure_group(self) -> None:
@@ -88,11 +98,15 @@ class InboundStream:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def publish(self, item: BotMessage | PlatformEvent) -> str:
-        """Append before the platform is acknowledged; returns the entry id."""
+    async def publish(self, item: BotMessage | PlatformEvent, dedup: str | None = None, dedup_ttl: float = 0) -> str | None:
+        """Append before the platform is acknowledged; returns the entry id, or None when
+        `dedup` was seen already (a platform retry). Checking and appending is one atomic
+        step, so a crash between them can neither lose nor double an item."""
         conv = conversation_key(item) if isinstance(item, BotMessage) else ""
-        seq_key = self.store.key(f"conv:seq:{conv}")
-        return await self._publish(keys=[self.stream, seq_key], args=[encode(item), conv, self.max_len])
+        keys = [self.stream, self.store.key(f"conv:seq:{conv}"), self.store.key(dedup or "unused")]
+        ttl_ms = str(int(dedup_ttl * 1000)) if dedup else ""
+        entry = await self._publish(keys=keys, args=[encode(item), conv, self.max_len, ttl_ms])
+        return entry or None
 
     async def pending_count(self) -> int:
         info = await self.redis.xpending(self.stream, GROUP)
@@ -111,47 +125,59 @@ class InboundStream:
     async def run(self, handler: Handler, stop: asyncio.Event) -> None:
         """Consume until `stop` is set; in-flight entries finish (or stay pending for others)."""
         await self.ensure_group()
-        tasks: set[asyncio.Task[None]] = set()
-        keeper = asyncio.create_task(self._keep_claims())
+        helpers = [asyncio.create_task(self._keep_claims(stop)), asyncio.create_task(self._reclaim(handler, stop))]
         try:
             while not stop.is_set():
                 free = self._concurrency - len(self._in_flight)
                 if free <= 0:
-                    # Read only what can start at once: an entry read but not started could be
-                    # the predecessor another worker's turns are waiting for.
                     await asyncio.sleep(0.01)
                     continue
-                for entry_id, fields in await self._next_entries(free):
-                    self._in_flight.add(entry_id)
-                    task = asyncio.create_task(self._process(entry_id, fields, handler))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                for entry_id, fields in await self._read(free):
+                    self._start(entry_id, fields, handler)
         finally:
-            keeper.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=5)
+            await asyncio.wait(helpers, timeout=self.lease)
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=5)
 
-    async def _next_entries(self, count: int) -> list[tuple[str, dict[str, str]]]:
+    def _start(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
+        self._in_flight.add(entry_id)
+        task = asyncio.create_task(self._process(entry_id, fields, handler))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read(self, count: int) -> list[tuple[str, dict[str, str]]]:
         from redis.exceptions import RedisError
 
         try:
-            claimed = await self.redis.xautoclaim(
-                self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id="0-0", count=count
-            )
-            entries = [e for e in claimed[1] if e[1]]
-            if entries:
-                log.warning("claimed %d inbound item(s) left by a stopped worker", len(entries))
-                return entries
             read = await self.redis.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=500)
-            return [entry for _, batch in read for entry in batch]
-        except RedisError:
-            log.warning("reading the inbound stream failed; retrying", exc_info=True)
+        except RedisError as exc:
+            log.warning("reading the inbound stream failed (%s: %s); retrying", type(exc).__name__, exc)
             await asyncio.sleep(1.0)
             return []
+        return [entry for _, batch in read for entry in batch]
 
-    async def _keep_claims(self) -> None:
+    async def _reclaim(self, handler: Handler, stop: asyncio.Event) -> None:
+        """Take over entries a dead worker left. Runs whatever this worker's load: such an
+        entry may be the predecessor that all our waiting turns need."""
+        while not stop.is_set():
+            await asyncio.sleep(self.lease / 2)
+            try:
+                claimed = await self.redis.xautoclaim(
+                    self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id="0-0", count=100
+                )
+            except Exception as exc:
+                log.warning("claiming stale inbound items failed (%s); retrying", exc)
+                continue
+            # A busy event loop can miss a heartbeat of our own: never take over what we run.
+            entries = [e for e in claimed[1] if e[1] and e[0] not in self._in_flight]
+            if entries:
+                log.warning("claimed %d inbound item(s) left by a stopped worker", len(entries))
+            for entry_id, fields in entries:
+                self._start(entry_id, fields, handler)
+
+    async def _keep_claims(self, stop: asyncio.Event) -> None:
         """Touch in-flight entries so a long turn is not mistaken for a dead worker's."""
-        while True:
+        while not stop.is_set():
             await asyncio.sleep(self.lease / 3)
             if not self._in_flight:
                 continue
@@ -161,63 +187,68 @@ class InboundStream:
                 )
 
     async def _process(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
-        try:
-            item = decode(fields["item"])
-        except (KeyError, ValueError, TypeError):
-            log.error("inbound entry %s is malformed; skipped", entry_id)
-            await self._ack(entry_id)
-            return
         from redis.exceptions import RedisError
 
         seq = int(fields.get("seq") or 0)
+        conv = fields.get("conv", "")
+        try:
+            item: BotMessage | PlatformEvent | None = decode(fields["item"])
+        except (KeyError, ValueError, TypeError):
+            log.error("inbound entry %s is malformed; skipped", entry_id)
+            item = None
         try:
             for attempt in range(1, 11):
                 try:
                     if seq:
-                        # Entries of one conversation read by this worker queue here in stream
-                        # order, so only a hand-over between workers has to wait on Redis.
-                        async with self._local.hold(fields["conv"]):
-                            await self._in_order(fields["conv"], seq, entry_id, lambda: handler(item))
+                        await self._in_order(conv, seq, lambda: self._run(handler, item, entry_id))
                     else:
-                        await self._run(handler(item), entry_id)
-                    await self._ack(entry_id)
+                        await self._run(handler, item, entry_id)
+                    await self.redis.xack(self.stream, GROUP, entry_id)
                     return
-                except RedisError:
-                    log.warning("Redis failed while handling entry %s (attempt %d); retrying", entry_id, attempt)
+                except RedisError as exc:
+                    log.warning("Redis failed on entry %s (attempt %d: %s); retrying", entry_id, attempt, exc)
                     await asyncio.sleep(min(5.0, 0.1 * 2**attempt))
-            log.error("entry %s left pending after repeated Redis failures; another worker will claim it", entry_id)
+            log.error("entry %s left pending after repeated Redis failures; it will be claimed again", entry_id)
         finally:
             self._in_flight.discard(entry_id)
 
-    async def _run(self, turn: Awaitable[Any], entry_id: str) -> None:
+    @staticmethod
+    async def _run(handler: Handler, item: BotMessage | PlatformEvent | None, entry_id: str) -> None:
+        if item is None:
+            return
         try:
-            await turn
+            await handler(item)
         except Exception:
             log.exception("turn for inbound entry %s failed; acknowledged so it is not retried forever", entry_id)
 
-    async def _in_order(self, conv: str, seq: int, entry_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
+    async def _in_order(self, conv: str, seq: int, turn: Callable[[], Awaitable[None]]) -> None:
+        """Run message `seq` of `conv` once message `seq - 1` is done, holding the lock."""
         done_key = self.store.key(f"conv:done:{conv}")
         lock_key = self.store.key(f"lock:conv:{conv}")
-        waited = 0.0
+        pause, waited = 0.005, 0.0
         while True:
-            lease = Lease(self.redis, lock_key, self.lock_ttl)
-            await lease.acquire(poll=0.01)
             done = int(await self.redis.get(done_key) or 0)
             if done >= seq:  # handled already (a worker died between finishing and acknowledging)
-                await lease.release()
                 return
-            if done == seq - 1 or waited > 4 * self.lease:
-                if done != seq - 1:
-                    log.warning("conversation %s: gave up waiting for message %d; continuing at %d", conv, done + 1, seq)
-                break
-            await lease.release()
-            await asyncio.sleep(0.01)
-            waited += 0.01
-        try:
-            await self._run(turn(), entry_id)
-            await self.redis.set(done_key, seq)
-        finally:
-            await lease.release()
+            # Only a predecessor lost for good (trimmed from the stream) is ever skipped.
+            if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                lease = Lease(self.redis, lock_key, self.lock_ttl)
+                await lease.acquire(poll=0.01)
+                try:
+                    done = int(await self.redis.get(done_key) or 0)
+                    if done >= seq:
+                        return
+                    if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                        if done != seq - 1:
+                            log.warning("conversation %s: message %d never came; continuing at %d", conv, done + 1, seq)
+                        await turn()
+                        await self.redis.set(done_key, seq)
+                        return
+                finally:
+                    await lease.release()  # whatever happened: a held lock must never outlive us
+            await asyncio.sleep(pause)
+            waited += pause
+            pause = min(0.05, pause * 2)
 
     async def _ack(self, entry_id: str) -> None:
         with contextlib.suppress(Exception):

@@ -39,6 +39,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self._heartbeat: asyncio.Task[None] | None = None
         self.lost = asyncio.Event()
+        self._released = asyncio.Event()
 
     async def try_acquire(self) -> bool:
         taken = bool(await self._redis.set(self.key, self.token, px=int(self.ttl * 1000), nx=True))
@@ -56,27 +57,30 @@ class Lease:
         return True
 
     async def _beat(self) -> None:
+        # Stopped by an event, not by cancellation: redis-py may turn a cancellation inside a
+        # command into a TimeoutError, and a heartbeat that survived its own cancel would
+        # keep renewing a lock nobody holds.
         interval = self.ttl / 3
-        try:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    renewed = await self._redis.eval(_RENEW, 1, self.key, self.token, int(self.ttl * 1000))
-                except Exception:
-                    log.warning("could not renew lock %s; retrying", self.key, exc_info=True)
-                    continue
-                if not renewed:
-                    log.error("lock %s was lost (expired or taken over)", self.key)
-                    self.lost.set()
-                    return
-        except asyncio.CancelledError:
-            pass
+        while True:
+            try:
+                await asyncio.wait_for(self._released.wait(), timeout=interval)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                renewed = await self._redis.eval(_RENEW, 1, self.key, self.token, int(self.ttl * 1000))
+            except Exception as exc:
+                log.warning("could not renew lock %s (%s); retrying", self.key, exc)
+                continue
+            if not renewed:
+                log.error("lock %s was lost (expired or taken over)", self.key)
+                self.lost.set()
+                return
 
     async def release(self) -> None:
+        self._released.set()
         if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await asyncio.wait({self._heartbeat}, timeout=self.ttl)
             self._heartbeat = None
         with contextlib.suppress(Exception):
             await self._redis.eval(_RELEASE, 1, self.key, self.token)

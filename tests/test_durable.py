@@ -61,7 +61,7 @@ async def test_two_workers_answer_every_message_once_in_order(redis_url, prefix)
     publisher = RedisStore(redis_url, prefix)
     stream = InboundStream(publisher)
     await stream.ensure_group()
-    total, conversations = 400, 20
+    total, conversations = 200, 20
     for i in range(total):
         conv = i % conversations
         await stream.publish(message(f"n{i // conversations}", message_id=f"m{i}", chat_id=f"c{conv}", user_id=f"u{conv}"))

@@ -21,7 +21,7 @@ class Recorder:
         self.edits: list[tuple[str, str]] = []
         self.deleted: list[str] = []
 
-    async def send(self, text: str, first: bool) -> MessageActionResult:
+    async def send(self, text: str, index: int) -> MessageActionResult:
         self.sent.append(text)
         return MessageActionResult("ok", message_id=f"m{len(self.sent)}")
 

@@ -144,7 +144,7 @@ class TelegramAdapter(Adapter):
             config = TelegramConfig.model_validate(dict(config or {}))
         super().__init__(config)
         self.config: TelegramConfig = config
-        self.outbound = Outbound()
+        self.outbound = Outbound(global_limit=(max(1, int(config.requests_per_second)), 1.0))
         #: Set when the adapter gave up (e.g. another instance polls with the same token).
         self.failure: str | None = None
         self._application: Application | None = None
