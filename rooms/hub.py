@@ -58,6 +58,10 @@ class RoomHub:
         self._posted = posted
         self._missed = missed
         self.configs = dict(configs)
+        # Posts tried and failed per (room, conversation), so a kickoff that reached nobody
+        # counts as a failed stand-up even though the room itself only logs failed posts.
+        self._posts: dict[tuple[str, str], int] = {}
+        self._failed: dict[tuple[str, str], int] = {}
         self.rooms = {
             name: Room(cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name))
             for name, cfg in self.configs.items()
@@ -69,7 +73,9 @@ class RoomHub:
             agent = self._agents.get(speaker)
             identity = identity_of(agent) if agent is not None else AgentIdentity(speaker)
             result = await self._post_as(conversation, identity, text)
+            self._posts[(room_name, conversation)] = self._posts.get((room_name, conversation), 0) + 1
             if not result.ok:
+                self._failed[(room_name, conversation)] = self._failed.get((room_name, conversation), 0) + 1
                 raise RuntimeError(f"room {room_name}: posting as {speaker} failed: {result.status} {result.detail}")
             if self._posted is not None:
                 await self._posted(room_name, speaker, text)
@@ -85,7 +91,12 @@ class RoomHub:
             conversation = self._resolve_target(target)
             if conversation is None:
                 raise RuntimeError(f"target {target!r} does not resolve to a chat")
+            key = (room_name, conversation)
+            self._posts[key] = self._failed[key] = 0
             await self.rooms[room_name].kickoff(conversation, kickoff)
+            posts, failed = self._posts.pop(key), self._failed.pop(key)
+            if posts and failed == posts:
+                raise RuntimeError(f"none of the {posts} posts into {target} could be delivered")
         except Exception as exc:
             if self._missed is not None:
                 await self._missed(room_name, f"the stand-up failed: {exc}")

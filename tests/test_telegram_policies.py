@@ -1,0 +1,231 @@
+"""Issue 6 on Telegram, end to end: Bot API emulator ⇄ python-telegram-bot ⇄ App ⇄ agent.
+
+Pairing with the owner approving from the CLI against the shared Redis store, a denied
+stranger, admission under a burst, and bot-authored commands. (A mention-only group ignoring
+unaddressed chatter and answering an @-mention is tests/test_telegram_app.py::
+test_group_answers_only_when_addressed; `mention_only` is the default group policy.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+import yaml
+
+from bots import App
+from bots.app import TurnOutcome
+from tests.emulators.telegram import (
+    TelegramEmulator,
+    adapter_config,
+    telegram_emulator,  # noqa: F401  (fixture)
+    wait_until,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+ANN = TelegramEmulator.user(7, "Ann", "ann")
+SAM = TelegramEmulator.user(8, "Sam", "sam")
+OTHER_BOT = TelegramEmulator.user(99, "Helper", "HelperBot", is_bot=True)
+HEARD = "assistant (offline echo) heard: "
+BUSY = "I'm busy right now; please try again shortly."
+CODE = re.compile(r"Your pairing code is ([A-Z2-9]{8})\b")
+
+Starter = Callable[..., Any]
+
+
+@pytest_asyncio.fixture
+async def start_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Starter]:
+    """Start an App (from a mapping or a bot.yaml path) and stop it after the test."""
+    apps: list[App] = []
+
+    async def start(config: dict[str, Any] | Path) -> App:
+        app = App.from_config(config)
+        apps.append(app)
+        await app.start()
+        return app
+
+    yield start
+    for app in apps:
+        await app.stop()
+
+
+def config_for(emu: TelegramEmulator, agent_model: str = "offline/echo", **telegram: Any) -> dict[str, Any]:
+    return {
+        "agents": {"assistant": {"model": agent_model}},
+        "platforms": {"telegram": {**adapter_config(emu), **telegram}},
+    }
+
+
+def record_outcomes(app: App) -> list[TurnOutcome]:
+    """Every pipeline outcome, in completion order (the adapter calls `app.handle` via submit)."""
+    outcomes: list[TurnOutcome] = []
+    handle = app.handle
+
+    async def recording(item: Any) -> TurnOutcome:
+        outcome = await handle(item)
+        outcomes.append(outcome)
+        return outcome
+
+    app.handle = recording  # type: ignore[method-assign]
+    return outcomes
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run(
+        [sys.executable, "-m", "bots.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+    )
+
+
+async def stream_settled(app: App, entries: int, timeout: float = 10.0) -> None:
+    """With the Redis store, inbound items go through the shared stream: wait until `entries`
+    were published and every one of them was handled and acknowledged."""
+    assert app.stream is not None
+    stream = app.stream
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (await stream.redis.xlen(stream.stream) >= entries and await stream.backlog() == 0):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {entries} handled stream entries")
+        await asyncio.sleep(0.02)
+
+
+# --- pairing and deny -----------------------------------------------------------------------
+
+
+async def test_stranger_gets_a_code_the_owner_approves_from_the_cli_and_the_next_message_is_answered(
+    start_app, telegram_emulator, redis_url, tmp_path
+):
+    emu = telegram_emulator
+    config = config_for(emu, unknown_user_policy="pair")
+    config["store"] = {"url": redis_url, "prefix": f"tg-pair-{uuid.uuid4().hex[:8]}:"}
+    path = tmp_path / "bot.yaml"
+    path.write_text(yaml.safe_dump(config))
+    app = await start_app(path)  # no owner_user_id: the first CLI approval makes the owner
+    chat = emu.private_chat(ANN)
+
+    emu.push_message(chat, ANN, "hello, who are you?")
+    await wait_until(lambda: emu.sent(ANN["id"]), timeout=15, what="the pairing code")
+    (offer,) = emu.sent_texts(ANN["id"])
+    assert "owner" in offer and "approve" in offer
+    match = CODE.search(offer)
+    assert match, offer
+    code = match.group(1)
+    assert not set(code) & set("0O1I")
+
+    emu.push_message(chat, ANN, "still there?")  # while pending: nothing new, no second code
+    await stream_settled(app, entries=2)
+
+    approved = await asyncio.to_thread(cli, "pair", "approve", "telegram", code, "--config", str(path))
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.strip() == f"approved Ann (id {ANN['id']}) on telegram and made them the owner"
+
+    emu.push_message(chat, ANN, "may I come in now?")
+    await wait_until(lambda: len(emu.sent(ANN["id"])) >= 2, timeout=15, what="the agent's answer")
+    await asyncio.sleep(0.3)  # a late answer to "still there?" would show up now
+    assert emu.sent_texts(ANN["id"]) == [offer, HEARD + "may I come in now?"]
+
+
+async def test_denied_stranger_gets_no_reply_and_costs_no_llm_call(start_app, telegram_emulator):
+    emu = telegram_emulator
+    app = await start_app(config_for(emu, unknown_user_policy="deny"))
+    outcomes = record_outcomes(app)
+    agent = app.agents["assistant"]
+    llm_calls: list[str] = []
+    complete = agent.complete
+
+    async def counting(history: list[dict[str, str]], user_turn: str) -> str:
+        llm_calls.append(user_turn)
+        return await complete(history, user_turn)
+
+    agent.complete = counting  # type: ignore[method-assign]
+    emu.push_message(emu.private_chat(SAM), SAM, "let me in")
+    emu.push_message(emu.group(-1001), SAM, "@ThisBot let me in")
+    await wait_until(lambda: len(outcomes) == 2, what="both messages to be handled")
+    await app.drain()
+    assert [o.status for o in outcomes] == ["denied", "denied"]
+    assert emu.calls_to("sendMessage") == [] and emu.calls_to("sendChatAction") == []
+    assert llm_calls == []
+
+
+# --- admission ------------------------------------------------------------------------------
+
+
+class _SlowEcho:
+    """The offline echo, answering only after a pause, so turns overlap like real model calls."""
+
+    provider = "slowtelegram"
+    delay = 0.8
+
+    @classmethod
+    def register(cls) -> None:
+        from bots.agents import litellm_module
+        from bots.offline_model import OfflineEcho
+
+        delay = cls.delay
+
+        class SlowEcho(OfflineEcho):
+            async def acompletion(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+                await asyncio.sleep(delay)
+                return await super().acompletion(*args, **kwargs)
+
+        litellm = litellm_module()
+        if not any(p.get("provider") == cls.provider for p in litellm.custom_provider_map):
+            litellm.custom_provider_map.append({"provider": cls.provider, "custom_handler": SlowEcho()})
+
+
+async def test_a_burst_across_forum_topics_gets_one_answer_and_one_busy_notice(start_app, telegram_emulator):
+    _SlowEcho.register()
+    emu = telegram_emulator
+    config = config_for(emu, agent_model=f"{_SlowEcho.provider}/echo", unknown_user_policy="allow")
+    config["admission"] = {"max_concurrent_turns": 1, "overflow": "reject"}
+    app = await start_app(config)
+    outcomes = record_outcomes(app)
+    forum = emu.group(-1003, "Forum", forum=True)
+    topics = [emu.topic(forum, ANN, f"Topic {i}")["message_id"] for i in range(4)]
+    # four topics of one supergroup: four conversations, one chat, arriving together
+    questions = [emu.push_message(forum, ANN, f"@ThisBot q{i}", thread_id=t) for i, t in enumerate(topics)]
+    await wait_until(lambda: len(outcomes) == 4, timeout=15, what="all four turns")
+    await app.drain()
+    await asyncio.sleep(0.2)
+
+    assert sorted(o.status for o in outcomes) == ["busy", "busy", "busy", "replied"]
+    sent = emu.sent(-1003)
+    answers = [m for m in sent if m["text"].startswith(HEARD)]
+    notices = [m for m in sent if m["text"] == BUSY]
+    assert len(sent) == 2 and len(answers) == 1 and len(notices) == 1
+    (answer,), (notice,) = answers, notices
+    asked = next(q for q in questions if answer["text"] == HEARD + "[Ann] " + q["text"])
+    assert answer["message_thread_id"] == asked["message_thread_id"]  # answered in its own topic
+    assert notice["message_thread_id"] in topics and notice["message_thread_id"] != answer["message_thread_id"]
+
+
+# --- bot-authored content -------------------------------------------------------------------
+
+
+async def test_a_bot_authored_command_is_content_not_a_command(start_app, telegram_emulator):
+    """Telegram never shows a bot other bots' group messages, but a bot-authored message can
+    still arrive (e.g. via a reply chain or a self-hosted Bot API); with `allow_bots: true` it
+    reaches the agent, yet a `/new` in it is not executed (allow_control=False)."""
+    emu = telegram_emulator
+    app = await start_app(config_for(emu, unknown_user_policy="allow", allow_bots=True))
+    group = emu.group(-1001)
+    emu.push_message(group, ANN, "@ThisBot remember the milk")
+    await wait_until(lambda: len(emu.sent(-1001)) == 1, timeout=15, what="the answer to Ann")
+    emu.push_message(group, OTHER_BOT, "/new@ThisBot")
+    await wait_until(lambda: len(emu.sent(-1001)) == 2, timeout=15, what="the answer to the bot")
+    await app.drain()
+    assert emu.sent_texts(-1001) == [
+        HEARD + "[Ann] @ThisBot remember the milk",
+        HEARD + "[Helper] /new@ThisBot",  # not "Started a new conversation; ..."
+    ]
+    history = await app.history.load("telegram:-1001", 10)
+    assert history[0] == {"role": "user", "content": "[Ann] @ThisBot remember the milk"}  # nothing was forgotten
+    assert len(history) == 4
