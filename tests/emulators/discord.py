@@ -6,6 +6,13 @@ heartbeats, and then carries whatever dispatches a test scripts. It keeps the me
 created so tests can assert what a user would see, echoes the bot's own actions back over the
 gateway like Discord does, and can answer 429 with `retry_after`.
 
+Channel webhooks (rooms post through them) are emulated too: list and create a channel's
+webhooks, look one up, and execute one (`?wait=true`, `thread_id`) with a per-message username
+and avatar. An executed webhook's message has `webhook_id` set and its author is the webhook
+under the given username, as on Discord, and it is echoed over the gateway. The message carries
+no `application_id`: the client has to recognise its own webhook by id. `deny_webhooks`
+answers every webhook route with 403 Missing Permissions, as for a bot without Manage Webhooks.
+
 Two details of the real API that discord.py depends on: JSON responses carry a Content-Type of
 exactly `application/json` (discord.py parses nothing else as JSON), and a 429 carries a `Via`
 header (without it discord.py takes the 429 for a Cloudflare ban and gives up).
@@ -167,10 +174,13 @@ class DiscordEmulator:
     allow_privileged: bool = True
     #: Echo the bot's own sends/edits/deletes/reactions back over the gateway, as Discord does.
     echo_own: bool = True
+    #: When True, the webhook routes answer 403 Missing Permissions (no Manage Webhooks).
+    deny_webhooks: bool = False
     port: int = 0
     requests: list[Request] = field(default_factory=list)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)
     identify: dict[str, Any] | None = None
+    webhooks: dict[str, dict[str, Any]] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _ws: web.WebSocketResponse | None = None
     _seq: int = 0
@@ -328,6 +338,38 @@ class DiscordEmulator:
             if m["author"]["id"] == BOT_ID and (channel_id is None or m["channel_id"] == channel_id)
         ]
 
+    def webhook_messages(self, channel_id: str | None = None) -> list[dict[str, Any]]:
+        """Messages posted through webhooks and still there, oldest first (`author.username` is
+        the name users see, `sent_with` what the client asked for)."""
+        return [
+            m
+            for m in self.messages.values()
+            if m.get("webhook_id") is not None
+            and m["webhook_id"] in self.webhooks
+            and (channel_id is None or m["channel_id"] == channel_id)
+        ]
+
+    def webhook_executions(self) -> list[Request]:
+        """Every execute-webhook call, refused ones included."""
+        return self.calls("POST", r"/webhooks/\d+/[^/]+")
+
+    def add_webhook(self, channel_id: str, name: str, *, creator: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A webhook that already exists in a channel (made by `creator`, default a person)."""
+        creator = creator or self.alice
+        data: dict[str, Any] = {
+            "id": self.next_id(),
+            "type": 1,
+            "guild_id": GUILD_ID,
+            "channel_id": channel_id,
+            "name": name,
+            "avatar": None,
+            "token": f"wh-token-{len(self.webhooks) + 1}",
+            "application_id": BOT_ID if creator["id"] == BOT_ID else None,
+            "user": creator,
+        }
+        self.webhooks[data["id"]] = data
+        return data
+
     def calls(self, method: str, pattern: str) -> list[Request]:
         rx = re.compile(pattern)
         return [r for r in self.requests if r.method == method and rx.fullmatch(r.path)]
@@ -362,6 +404,10 @@ class DiscordEmulator:
             ("DELETE", "/channels/{channel}/messages/{message}", self._delete_message),
             ("PUT", "/channels/{channel}/messages/{message}/reactions/{emoji}/@me", self._add_reaction),
             ("POST", "/channels/{channel}/typing", self._typing),
+            ("GET", "/channels/{channel}/webhooks", self._channel_webhooks),
+            ("POST", "/channels/{channel}/webhooks", self._create_webhook),
+            ("GET", "/webhooks/{webhook}", self._get_webhook),
+            ("POST", "/webhooks/{webhook}/{token}", self._execute_webhook),
         ]
         for method, path, handler in routes:
             app.router.add_route(method, api + path, handler)
@@ -405,7 +451,9 @@ class DiscordEmulator:
         return response
 
     def _auth_or_rule(self, request: web.Request, record: Request) -> web.Response | None:
-        if request.headers.get("Authorization") != f"Bot {self.token}":
+        # executing a webhook is authorised by the webhook's token in the URL, not the bot's
+        executes_webhook = record.method == "POST" and re.fullmatch(r"/webhooks/\d+/[^/]+", record.path)
+        if not executes_webhook and request.headers.get("Authorization") != f"Bot {self.token}":
             return self._json({"message": "401: Unauthorized", "code": 0}, 401)
         for rule in self._fail_rules:
             if rule.remaining > 0 and rule.method == record.method and rule.path.fullmatch(record.path):
@@ -461,6 +509,9 @@ class DiscordEmulator:
         if not self._known_channel(channel_id):
             return self._not_found("Channel", 10003)
         body = request[_BODY] or {}
+        refused = self._too_long(body.get("content", ""))
+        if refused is not None:
+            return refused
         ref = body.get("message_reference")
         if ref:  # clients may send snowflakes as numbers; Discord's own form is a string
             ref = {k: str(v) if k.endswith("_id") and v is not None else v for k, v in ref.items()}
@@ -514,6 +565,79 @@ class DiscordEmulator:
         return web.Response(status=204)
 
     async def _typing(self, request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    # --- webhooks ----------------------------------------------------------------------------
+
+    def _too_long(self, content: str) -> web.Response | None:
+        """Discord refuses message content over 2000 characters (code points) outright."""
+        if len(content) <= 2000:
+            return None
+        errors = {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]}}
+        return self._json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    def _missing_permissions(self) -> web.Response:
+        return self._json({"message": "Missing Permissions", "code": 50013}, 403)
+
+    async def _channel_webhooks(self, request: web.Request) -> web.Response:
+        channel_id = request.match_info["channel"]
+        if channel_id == DM_CHANNEL_ID:
+            return self._json({"message": "Cannot execute action on a DM channel", "code": 50003}, 400)
+        if channel_id not in self.channels:
+            return self._not_found("Channel", 10003)
+        if self.deny_webhooks:
+            return self._missing_permissions()
+        return self._json([dict(w) for w in self.webhooks.values() if w["channel_id"] == channel_id])
+
+    async def _create_webhook(self, request: web.Request) -> web.Response:
+        channel_id = request.match_info["channel"]
+        if channel_id == DM_CHANNEL_ID:
+            return self._json({"message": "Cannot execute action on a DM channel", "code": 50003}, 400)
+        if channel_id not in self.channels:
+            return self._not_found("Channel", 10003)
+        if self.deny_webhooks:
+            return self._missing_permissions()
+        body = request[_BODY] or {}
+        return self._json(dict(self.add_webhook(channel_id, body.get("name", ""), creator=self.bot)))
+
+    async def _get_webhook(self, request: web.Request) -> web.Response:
+        data = self.webhooks.get(request.match_info["webhook"])
+        if data is None:
+            return self._not_found("Webhook", 10015)
+        if self.deny_webhooks and data["application_id"] != BOT_ID:
+            return self._missing_permissions()  # only the owning application may look without the permission
+        return self._json(dict(data))
+
+    async def _execute_webhook(self, request: web.Request) -> web.StreamResponse:
+        data = self.webhooks.get(request.match_info["webhook"])
+        if data is None:
+            return self._not_found("Webhook", 10015)
+        if data["token"] != request.match_info["token"]:
+            return self._json({"message": "Invalid Webhook Token", "code": 50027}, 401)
+        if self.deny_webhooks:
+            return self._missing_permissions()
+        channel_id = data["channel_id"]
+        thread_id = request.query.get("thread_id")
+        if thread_id:
+            if self.threads.get(thread_id, {}).get("parent_id") != channel_id:
+                return self._not_found("Channel", 10003)
+            channel_id = thread_id
+        body = request[_BODY] or {}
+        refused = self._too_long(body.get("content", ""))
+        if refused is not None:
+            return refused
+        author = user(data["id"], body.get("username") or data["name"], bot=True)
+        author["discriminator"] = "0000"
+        message = self.message(body.get("content", ""), channel_id=channel_id, author=author, webhook_id=data["id"])
+        message["sent_with"] = {
+            "username": body.get("username"),
+            "avatar_url": body.get("avatar_url"),
+            "allowed_mentions": body.get("allowed_mentions"),
+        }
+        if self.echo_own and self.connected:
+            await self.dispatch("MESSAGE_CREATE", _public(message))
+        if request.query.get("wait", "").lower() in ("true", "1"):
+            return self._json(_public(message))
         return web.Response(status=204)
 
     def reaction(self, message: dict[str, Any], by: dict[str, Any], emoji: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ records every request body so tests can assert what the model was sent.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -14,8 +15,11 @@ from aiohttp import web
 
 
 class OpenAIEmulator:
-    def __init__(self, reply: str = "Hello from the emulator. It streams, too.") -> None:
+    def __init__(self, reply: str = "Hello from the emulator. It streams, too.", *, delay: float = 0.0) -> None:
         self.reply = reply
+        #: Seconds each request takes before answering, like a real model thinking; turns
+        #: that must overlap (admission tests) need one.
+        self.delay = delay
         self.requests: list[dict[str, Any]] = []
         self.fail_with: int | None = None
         self._runner: web.AppRunner | None = None
@@ -49,6 +53,8 @@ class OpenAIEmulator:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.delay > 0:
+            await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             return web.json_response({"error": {"message": "emulated failure", "type": "server_error"}}, status=self.fail_with)
         model = body.get("model", "emulated")
