@@ -456,3 +456,35 @@ async def test_updates_keep_chat_order_and_a_slow_chat_does_not_block_others(tel
         assert order.index("2:b0") < order.index("1:a1")  # Bob was not queued behind Ann
     finally:
         await adapter.stop()
+
+
+async def test_updates_are_acknowledged_only_after_the_runtime_has_them(telegram_emulator: TelegramEmulator) -> None:
+    """The next getUpdates offset acknowledges an update; it must wait for the hand-over
+    (with Redis, the append to the inbound stream), so a crash in between loses nothing."""
+    emu = telegram_emulator
+    release = asyncio.Event()
+    handed: list[str] = []
+
+    async def slow_sink(item: BotMessage | PlatformEvent) -> None:
+        await release.wait()
+        handed.append(item.text if isinstance(item, BotMessage) else "")
+
+    adapter = TelegramAdapter(adapter_config(emu, poll_timeout=0))
+    adapter.bind(slow_sink)
+    await adapter.start()
+    try:
+        user = emu.user(42, "Ann")
+        emu.push_message(emu.private_chat(user), user, "keep me")
+        await asyncio.sleep(1.0)  # several poll intervals
+        offsets = [c.params.get("offset") for c in emu.calls_to("getUpdates")]
+        acked = [o for o in offsets if o is not None and int(o) > 1000]  # the first update id is 1000
+        assert acked == [], "the update was acknowledged before the runtime had it"
+        release.set()
+        await wait_until(lambda: handed == ["keep me"], timeout=5, what="the hand-over")
+        await wait_until(
+            lambda: any(o is not None and int(o) > 1000 for o in (c.params.get("offset") for c in emu.calls_to("getUpdates"))),
+            timeout=5,
+            what="the acknowledging poll",
+        )
+    finally:
+        await adapter.stop()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Sequence, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from telegram import Message, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters, Update
@@ -54,6 +54,7 @@ ALLOWED_UPDATES = (
 # budget, and exactly one for the long poll. PTB handles one update at a time unless told
 # otherwise; updates of different chats run concurrently (see client.PerChatUpdateProcessor).
 SEND_POOL_SIZE = 32
+HANDOVER_TIMEOUT_S = 30.0  # longest a poll waits for fetched updates to reach the runtime
 CONCURRENT_UPDATES = 64
 REACTION_EMOJI = {str(e.value) for e in ReactionEmoji}
 
@@ -152,6 +153,8 @@ class TelegramAdapter(Adapter):
         self._conflicts = 0
         self._migrated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._unhanded: set[int] = set()  # fetched update ids not yet handed to the runtime
+        self._all_handed = asyncio.Event()
         self._redactor: _TokenRedactor | None = None
 
     def __repr__(self) -> str:
@@ -190,6 +193,7 @@ class TelegramAdapter(Adapter):
             ),
             get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=10.0),
             polled=self._polled,
+            before_poll=self._handed_over,
         )
         return (
             ApplicationBuilder()
@@ -284,7 +288,27 @@ class TelegramAdapter(Adapter):
 
     # --- inbound ---------------------------------------------------------------------------
 
+    async def _handed_over(self) -> None:
+        """Wait (bounded) until every fetched update reached the runtime, so the offset that
+        acknowledges them to Telegram is sent only once they are recorded (SPEC §12)."""
+        if not self._unhanded:
+            return
+        self._all_handed.clear()
+        try:
+            await asyncio.wait_for(self._all_handed.wait(), timeout=HANDOVER_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("telegram: %d update(s) still not handed over; polling on", len(self._unhanded))
+            self._unhanded.clear()
+
     async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        try:
+            await self._handle_update(update)
+        finally:
+            self._unhanded.discard(update.update_id)
+            if not self._unhanded:
+                self._all_handed.set()
+
+    async def _handle_update(self, update: Update) -> None:
         if self._me is None:
             return
         if update.callback_query is not None:
@@ -308,8 +332,9 @@ class TelegramAdapter(Adapter):
         update_id = update.update_id if isinstance(update, Update) else "?"
         log.error("telegram: error while handling update %s: %r", update_id, context.error)
 
-    def _polled(self) -> None:
+    def _polled(self, updates: Sequence[Update]) -> None:
         self._conflicts = 0
+        self._unhanded.update(update.update_id for update in updates)
 
     def _on_poll_error(self, exc: TelegramError) -> None:
         """PTB retries polling errors forever; a 409 conflict is not worth that."""

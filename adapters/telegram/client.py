@@ -28,11 +28,20 @@ log = logging.getLogger(__name__)
 class TolerantBot(ExtBot[None]):
     """An `ExtBot` whose polling survives updates it cannot parse."""
 
-    def __init__(self, *args: Any, polled: Callable[[], None] | None = None, **kwargs: Any) -> None:
-        # PTB bots refuse attribute writes once constructed, so this is set first.
-        #: Called after every successful poll, so the adapter can tell a persistent 409
-        #: conflict from a passing one.
+    def __init__(
+        self,
+        *args: Any,
+        polled: Callable[[Sequence[Update]], None] | None = None,
+        before_poll: Callable[[], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # PTB bots refuse attribute writes once constructed, so these are set first.
+        #: Called with every polled batch, so the adapter can tell a persistent 409 conflict
+        #: from a passing one and knows which updates it still owes a hand-over.
         self._polled = polled
+        #: Awaited before each poll: the next getUpdates acknowledges (by its offset) every
+        #: update fetched so far, so it waits until they were handed to the runtime.
+        self._before_poll = before_poll
         self._halted = False
         super().__init__(*args, **kwargs)
 
@@ -51,6 +60,8 @@ class TolerantBot(ExtBot[None]):
     ) -> tuple[Update, ...]:
         if self._halted:
             return ()
+        if self._before_poll is not None:
+            await self._before_poll()
         try:
             updates = await super().get_updates(
                 offset=offset, limit=limit, timeout=timeout, allowed_updates=allowed_updates, **kwargs
@@ -61,7 +72,7 @@ class TolerantBot(ExtBot[None]):
             log.warning("telegram: a polled batch did not parse; re-reading it update by update")
             updates = await self._reparse(offset, limit)
         if self._polled is not None:
-            self._polled()
+            self._polled(updates)
         return updates
 
     async def _reparse(self, offset: int | None, limit: int | None) -> tuple[Update, ...]:
