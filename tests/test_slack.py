@@ -269,16 +269,26 @@ async def test_slash_command_runs_the_builtin_command(bot: Bot, emulator: SlackE
     assert "/new" in reply["text"]
 
 
-async def test_delivery_is_acknowledged_before_the_turn_runs(bot: Bot, emulator: SlackEmulator) -> None:
-    """Slack wants an ack within 3 s; slow look-ups and the agent run after it."""
+async def test_delivery_is_recorded_before_it_is_acknowledged(bot: Bot, emulator: SlackEmulator) -> None:
+    """The ack tells Slack not to redeliver, so it follows the hand-over to the runtime (with
+    Redis: the append to the inbound stream); the agent's turn runs after it."""
     emulator.delays["users.info"] = 1.0
     started = time.monotonic()
     await bot.slack.deliver(event_callback(emulator.post_as_user(DM, ALICE, "take your time")))
     acked_after = time.monotonic() - started
+    assert bot.adapter.inbound_stats["dispatched"] == 1  # recorded before the ack came back
+    assert 1.0 <= acked_after < 3.0  # ...within Slack's 3 seconds
     [reply] = await bot.replies(1)
-    assert acked_after < 0.5  # acknowledged at once...
-    assert time.monotonic() - started >= 1.0  # ...although reading the message took a second
     assert reply["text"].endswith("take your time")
+
+
+async def test_a_slow_lookup_still_gets_its_ack_within_three_seconds(bot: Bot, emulator: SlackEmulator) -> None:
+    emulator.delays["users.info"] = 2.6
+    started = time.monotonic()
+    await bot.slack.deliver(event_callback(emulator.post_as_user(DM, ALICE, "very slow")))
+    assert time.monotonic() - started < 3.0
+    [reply] = await bot.replies(1)
+    assert reply["text"].endswith("very slow")
 
 
 async def test_socket_mode_reconnects_when_slack_asks(emulator: SlackEmulator) -> None:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import re
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import ClientConnectorError, web
@@ -44,6 +45,7 @@ from .inbound import MESSAGE_SUBTYPES, SelfIdentity, SlackInbound
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://slack.com/api/"
+ACK_DEADLINE_S = 2.0  # Slack wants an ack within 3 s
 SOCKET_CONNECT_TIMEOUT_S = 30.0
 RATE_LIMIT_RETRIES = 3
 API_TIMEOUT_S = 30
@@ -89,6 +91,7 @@ class SlackAdapter(Adapter):
         #: Inbound counters (received, duplicate, dispatched, settled): cheap to keep, and how
         #: an operator or a test tells "Slack never sent it" from "we dropped it".
         self.inbound_stats: Counter[str] = Counter()
+        self._accepting: set[asyncio.Task[None]] = set()  # events still being recorded after their ack
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -170,7 +173,9 @@ class SlackAdapter(Adapter):
             # The bot's own posts are dropped by the adapter, after noting the threads they
             # are in (so a thread another process of this bot replied in counts as addressed).
             ignoring_self_events_enabled=False,
-            process_before_response=False,  # ack first, then run the listener
+            # The listener records the event (hands it to the runtime: with Redis, appends it to
+            # the inbound stream) and then acknowledges, within ACK_DEADLINE_S.
+            process_before_response=True,
             logger=logging.getLogger("adapters.slack.bolt"),
         )
         app.event(re.compile(".*"))(self._on_event)
@@ -216,13 +221,26 @@ class SlackAdapter(Adapter):
 
     # --- inbound -------------------------------------------------------------------------
 
-    async def _on_event(self, body: dict[str, Any], event: dict[str, Any]) -> None:
-        """Every Events API event, after bolt acknowledged it: dedup, normalise, dispatch."""
+    async def _on_event(self, ack: AsyncAck, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """Every Events API event: dedup, normalise, dispatch, then acknowledge."""
         self.inbound_stats["received"] += 1
-        try:
-            await self._accept(event, body)
-        finally:
-            self.inbound_stats["settled"] += 1
+        await self._record_then_ack(self._accept(event, body), ack)
+
+    async def _record_then_ack(self, accept: Awaitable[None], ack: AsyncAck) -> None:
+        """Acknowledge once the event reached the runtime, so Slack redelivers anything a
+        crash lost; but never later than ACK_DEADLINE_S (slow look-ups finish after it)."""
+
+        async def settle() -> None:
+            try:
+                await accept
+            finally:
+                self.inbound_stats["settled"] += 1
+
+        task = asyncio.create_task(settle())
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+        await asyncio.wait({task}, timeout=ACK_DEADLINE_S)
+        await ack()
 
     async def _accept(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         key = _dedup_key(event, body)
@@ -255,19 +273,18 @@ class SlackAdapter(Adapter):
         return None
 
     async def _on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
-        """Slash commands: acknowledge at once, then run the command as a turn."""
-        await ack()
-        assert self._inbound is not None
+        """Slash commands: recorded, acknowledged, then run as a turn."""
         self.inbound_stats["received"] += 1
-        try:
-            trigger = str(body.get("trigger_id") or "")
-            if trigger and not self._seen.add_if_new(("command", trigger), True):
-                self.inbound_stats["duplicate"] += 1
-                return
-            self.inbound_stats["dispatched"] += 1
-            await self.dispatch(await self._inbound.command(body))
-        finally:
-            self.inbound_stats["settled"] += 1
+        await self._record_then_ack(self._accept_command(body), ack)
+
+    async def _accept_command(self, body: dict[str, Any]) -> None:
+        assert self._inbound is not None
+        trigger = str(body.get("trigger_id") or "")
+        if trigger and not self._seen.add_if_new(("command", trigger), True):
+            self.inbound_stats["duplicate"] += 1
+            return
+        self.inbound_stats["dispatched"] += 1
+        await self.dispatch(await self._inbound.command(body))
 
     # --- outbound ------------------------------------------------------------------------
 
