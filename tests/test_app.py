@@ -6,7 +6,7 @@ import time
 import pytest
 
 from bots import App, PlatformEvent, QuotedRef
-from bots.app import APOLOGY
+from bots.turns import APOLOGY
 from tests.support import RecordingAdapter, config, message
 
 

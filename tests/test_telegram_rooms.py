@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import pytest
 import pytest_asyncio
 
 from bots import App
