@@ -32,6 +32,7 @@ from bots.types import BotMessage, PlatformEvent
 log = logging.getLogger(__name__)
 
 GROUP = "workers"
+PUBLISH_PATIENCE_S = 60.0  # how long an inbound item waits for Redis before the adapter hears of it
 PREDECESSOR_PATIENCE = 20  # leases to wait for an earlier message of a conversation
 _PUBLISH = """
 if ARGV[4] ~= '' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
@@ -102,11 +103,24 @@ class InboundStream:
         """Append before the platform is acknowledged; returns the entry id, or None when
         `dedup` was seen already (a platform retry). Checking and appending is one atomic
         step, so a crash between them can neither lose nor double an item."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
         conv = conversation_key(item) if isinstance(item, BotMessage) else ""
         keys = [self.stream, self.store.key(f"conv:seq:{conv}"), self.store.key(dedup or "unused")]
         ttl_ms = str(int(dedup_ttl * 1000)) if dedup else ""
-        entry = await self._publish(keys=keys, args=[encode(item), conv, self.max_len, ttl_ms])
-        return entry or None
+        pause, waited = 0.1, 0.0
+        while True:  # Redis away for a moment: hold the item (the platform is not acked yet)
+            try:
+                entry = await self._publish(keys=keys, args=[encode(item), conv, self.max_len, ttl_ms])
+                return entry or None
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if waited >= PUBLISH_PATIENCE_S:
+                    raise
+                log.warning("recording an inbound item failed (%s); retrying in %.1fs", exc, pause)
+                await asyncio.sleep(pause)
+                waited += pause
+                pause = min(2.0, pause * 2)
 
     async def pending_count(self) -> int:
         info = await self.redis.xpending(self.stream, GROUP)
@@ -146,11 +160,16 @@ class InboundStream:
         task.add_done_callback(self._tasks.discard)
 
     async def _read(self, count: int) -> list[tuple[str, dict[str, str]]]:
-        from redis.exceptions import RedisError
+        from redis.exceptions import RedisError, ResponseError
 
         try:
             read = await self.redis.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=500)
         except RedisError as exc:
+            if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+                log.warning("the inbound stream's consumer group is gone (Redis restarted empty?); creating it again")
+                with contextlib.suppress(RedisError):
+                    await self.ensure_group()
+                return []
             log.warning("reading the inbound stream failed (%s: %s); retrying", type(exc).__name__, exc)
             await asyncio.sleep(1.0)
             return []

@@ -161,3 +161,55 @@ async def test_a_long_turn_keeps_its_conversation_lock_and_no_second_turn_starts
         for app, _ in apps:
             await app.stop()
         await publisher.close()
+
+
+async def test_redis_lost_while_running_is_retried_and_work_resumes(tmp_path, prefix):
+    """Redis goes away for a moment: nothing crashes, the message sent meanwhile is answered."""
+    import shutil
+    import subprocess
+
+    from tests.conftest import free_port
+
+    port = free_port()
+
+    def redis_server() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                import socket
+
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return proc
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    server = redis_server()
+    spans: list = []
+    app, adapter = await worker(f"redis://127.0.0.1:{port}/0", prefix, spans)
+    publisher = App.from_config(config(f"redis://127.0.0.1:{port}/0", prefix))
+    publisher.add_adapter(Wide())
+    await publisher.start(platforms=[], receive=False)
+    publisher.stream = InboundStream(publisher.store)  # type: ignore[arg-type]
+    try:
+        await publisher.submit(message("before", message_id="b1"))
+        await wait_until(lambda: len(adapter.sent) == 1, timeout=20)
+        server.terminate()
+        server.wait(timeout=10)
+        sending = asyncio.create_task(publisher.submit(message("during", message_id="b2", chat_id="c2", user_id="u2")))
+        await asyncio.sleep(1.5)  # Redis is down: the append waits, retrying with backoff
+        assert not sending.done()
+        server = redis_server()  # Redis is back (empty: a restart without persistence)
+        await asyncio.wait_for(sending, timeout=20)
+        await wait_until(lambda: len(adapter.sent) == 2, timeout=30)
+        assert [s.text.rsplit(" ", 1)[-1] for s in adapter.sent] == ["before", "during"]
+    finally:
+        await app.stop()
+        await publisher.stop()
+        server.terminate()
+        server.wait(timeout=10)
