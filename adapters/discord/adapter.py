@@ -1,0 +1,196 @@
+"""Discord adapter on discord.py (issue 4; SPEC §3, §6, §9).
+
+One `discord.Client` per adapter. Inbound, gateway messages become `BotMessage`s (guild
+channels, threads, forum posts, DMs) and the raw gateway events become `PlatformEvent`s;
+outbound, replies, edits, deletions, reactions and typing go through discord.py's REST client,
+whose own per-route rate limiting and `retry_after` handling we rely on instead of adding a
+second layer that would fight it.
+
+The adapter is assembled from its parts: `DiscordInbound` (inbound.py), `DiscordWebhooks`
+(webhooks.py, rooms' `send_as`) and `DiscordOutbound` (outbound.py); this module holds the
+configuration, login and the gateway's lifecycle. The discord.py client is `_GatewayClient`
+(client.py), pointed at another server per instance when configured (http.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import discord
+import yarl
+from discord.webhook.async_ import AsyncWebhookAdapter
+
+from adapters.discord.cache import _Lru
+from adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
+from adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
+from adapters.discord.inbound import _ALL_KINDS, _MEMBER_KINDS, DiscordInbound
+from adapters.discord.outbound import EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
+from adapters.discord.webhooks import DiscordWebhooks
+from bots.types import BotUser, PlatformCapabilities, QuotedRef
+
+log = logging.getLogger(__name__)
+
+#: How long start() waits for the gateway's READY before letting it finish in the background.
+CONNECT_TIMEOUT_S = 30.0
+
+
+class DiscordLoginError(RuntimeError):
+    """Discord refused the bot: bad token, or a privileged intent not enabled for it."""
+
+
+class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
+    platform = "discord"
+    capabilities = PlatformCapabilities(
+        max_message_length=MAX_MESSAGE_LENGTH,
+        length_unit="chars",
+        can_edit=True,
+        can_delete=True,
+        can_react=True,
+        threads=True,
+        typing=True,
+        markdown="discord",
+        edit_floor_ms=EDIT_FLOOR_MS,
+    )
+    emits = _ALL_KINDS
+    typing_interval_s = 8.0  # Discord shows "typing" for 10 s per trigger
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        member_events = bool(getattr(config, "member_events", False))
+        # Member join/leave arrive only with the privileged members intent.
+        self.emits = _ALL_KINDS if member_events else _ALL_KINDS - _MEMBER_KINDS
+        # discord.py warns once per process that voice needs PyNaCl/davey; botweave never uses
+        # voice, so consume those one-shot flags instead of printing two alarming lines.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        self.client = _GatewayClient(
+            self,
+            api_base=getattr(config, "api_base_url", None),
+            gateway=getattr(config, "gateway_url", None),
+            intents=build_intents(member_events),
+            allowed_mentions=ALLOWED_MENTIONS,
+            chunk_guilds_at_startup=False,
+            max_messages=1000,
+        )
+        self.application_id: int | None = None
+        self._connect_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._quotes: _Lru[int, QuotedRef | None] = _Lru(512)  # referenced message -> quote
+        self._message_channels: _Lru[str, int] = _Lru(4096)  # message id -> channel/thread id
+        self._own_deletes: _Lru[int, bool] = _Lru(512)  # deletions we made ourselves
+        # Rooms: channel -> the webhook we post through; channels where we may not have one.
+        self._webhooks: _Lru[int, discord.Webhook] = _Lru(1024)
+        self._webhook_locks: dict[int, asyncio.Lock] = {}
+        self._no_webhooks: _Lru[int, bool] = _Lru(4096)
+        # Webhook id -> whether our application owns it (ours are dropped inbound).
+        self._webhook_owner: _Lru[int, bool] = _Lru(4096)
+        self._webhook_lookups: dict[int, asyncio.Future[bool]] = {}
+        api_base = getattr(config, "api_base_url", None)
+        self._webhook_adapter: AsyncWebhookAdapter | None = (
+            _RebasedWebhookAdapter(api_base.rstrip("/")) if api_base else None
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, *, inbound: bool = True) -> None:
+        """Log in (REST); with `inbound`, also run the gateway in the background and wait for READY.
+
+        Without `inbound` (a worker answering from the shared stream) no gateway connection is
+        made: sending, editing, reacting and typing need only REST.
+        """
+        token = self._token()
+        try:
+            await self.client.login(token)
+        except discord.LoginFailure:
+            await self.client.close()
+            raise self._login_failed("the bot token was rejected (HTTP 401); check DISCORD_BOT_TOKEN") from None
+        except (discord.HTTPException, OSError) as exc:
+            await self.client.close()
+            raise self._login_failed(f"could not reach the Discord API ({type(exc).__name__}: {exc})") from None
+        user = self.client.user
+        assert user is not None  # login() sets it
+        self.self_user = BotUser(str(user.id), user.name, user.display_name, True)
+        self.application_id = self.client.application_id
+        if not inbound:
+            self._started = True
+            return
+        await self._discover_gateway()
+        self._connect_task = asyncio.create_task(self._run_gateway(), name="discord-gateway")
+        self._connect_task.add_done_callback(self._gateway_ended)
+        waiter = asyncio.create_task(self.client.connected.wait())
+        done, _ = await asyncio.wait(
+            {waiter, self._connect_task}, timeout=CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        if self._connect_task in done:
+            error = self._connect_task.exception()
+            if error is not None:
+                raise error
+        if not done:
+            log.warning("discord: gateway not ready after %.0fs; still connecting in the background", CONNECT_TIMEOUT_S)
+        self._started = True
+
+    async def _discover_gateway(self) -> None:
+        """With only `api_base_url` set, ask that server where its gateway is (GET /gateway/bot).
+
+        discord.py 2.x always dials Discord's default gateway; a proxy or emulator that serves
+        the REST API also names its gateway, so one setting is enough.
+        """
+        http = self.client.http
+        if not isinstance(http, _RebasedHTTPClient) or http.botweave_gateway is not None:
+            return
+        try:
+            _, url, _ = await http.get_bot_gateway()
+        except discord.GatewayNotFound as exc:
+            await self.client.close()
+            raise self._login_failed(f"{http.botweave_api_base} did not name a gateway (GET /gateway/bot)") from exc
+        http.botweave_gateway = yarl.URL(url)
+
+    def _gateway_ended(self, task: asyncio.Task[None]) -> None:
+        """A refusal after start() returned has nobody to raise to: log its one line here."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self._started:
+            log.error("%s", error)
+
+    async def _run_gateway(self) -> None:
+        """discord.py's connect loop (it reconnects and resumes itself); fatal refusals end it."""
+        try:
+            await self.client.connect(reconnect=True)
+        except discord.PrivilegedIntentsRequired:
+            raise self._login_failed(
+                "the gateway refused the Server Members intent (member_events: true); enable it "
+                "for the bot in the Developer Portal or turn member_events off"
+            ) from None
+        except discord.ConnectionClosed as exc:
+            if exc.code == 4004:
+                raise self._login_failed("the gateway rejected the bot token (close code 4004)") from None
+            raise self._login_failed(f"the gateway closed the connection (close code {exc.code})") from None
+        finally:
+            if not self.client.is_closed():
+                await self.client.close()
+
+    @staticmethod
+    def _login_failed(reason: str) -> DiscordLoginError:
+        """The one line a user sees; start() raises it (the runtime logs it), later it is logged."""
+        return DiscordLoginError(f"discord: login failed: {reason}")
+
+    def _token(self) -> str:
+        secret = getattr(self.config, "token", None)
+        token = secret.get_secret_value() if secret is not None else ""
+        if not token.strip():
+            raise self._login_failed("no bot token configured (platforms.discord.token / DISCORD_BOT_TOKEN)")
+        return token
+
+    async def stop(self) -> None:
+        if not self.client.is_closed():
+            await self.client.close()
+        task, self._connect_task = self._connect_task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, timeout=10)
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already reported
+                pass
