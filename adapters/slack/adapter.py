@@ -11,6 +11,12 @@ Sending goes through slack_sdk's `AsyncWebClient`, whose `AsyncRateLimitErrorRet
 waits out `Retry-After` on HTTP 429 (a 429 means nothing was posted, so retrying is safe).
 `chat.postMessage` gets its own client that retries a connection error only when the
 connection was never made: a reply that may have been delivered is never posted twice.
+
+Rooms post each agent's turn under the agent's own name and icon (`username`, `icon_emoji` /
+`icon_url`), which Slack allows only with the `chat:write.customize` scope. Without it Slack
+refuses the post (`missing_scope`, needed `chat:write.customize`); the adapter then tells the
+operator once, shows the agent's name in bold in front of the text for the rest of the
+process, and posts the refused turn again that way (a refused post was not delivered).
 """
 
 from __future__ import annotations
@@ -36,7 +42,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.base import Adapter
 from bots.config import SlackConfig
-from bots.types import BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+from bots.types import (
+    AgentIdentity,
+    BotMessage,
+    BotUser,
+    MessageActionResult,
+    PlatformCapabilities,
+    PlatformEvent,
+)
 
 from .directory import BoundedCache, SlackDirectory
 from .format import emoji_to_reaction, markdown_to_mrkdwn
@@ -54,6 +67,8 @@ API_TIMEOUT_S = 30
 _NO_ROUTE_ERRORS = frozenset({"channel_not_found", "message_not_found", "thread_not_found"})
 _ALREADY_DONE_ERRORS = frozenset({"already_reacted"})
 _UNSUPPORTED_ERRORS = frozenset({"method_not_supported_for_channel_type"})
+#: The scope that lets a bot token post with its own `username` and icon.
+CUSTOMIZE_SCOPE = "chat:write.customize"
 
 
 class SlackAdapter(Adapter):
@@ -92,6 +107,9 @@ class SlackAdapter(Adapter):
         #: an operator or a test tells "Slack never sent it" from "we dropped it".
         self.inbound_stats: Counter[str] = Counter()
         self._accepting: set[asyncio.Task[None]] = set()  # events still being recorded after their ack
+        #: Set once Slack refused a custom `username` for want of `chat:write.customize`: the
+        #: scope only changes on a reinstall, so asking again per post would only cost a refusal.
+        self.identities_refused = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -304,14 +322,60 @@ class SlackAdapter(Adapter):
         body = markdown_to_mrkdwn(text)
         if not body.strip():
             return MessageActionResult("failed", chat_id, "empty message")
+        try:
+            return await self._post_message(chat_id, body, thread_id)
+        except SlackApiError as exc:
+            return _api_error_result(exc, chat_id)
+
+    async def send_as(
+        self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        """Post one room turn under the agent's own name and icon.
+
+        Slack shows `username` and `icon_emoji` (or `icon_url`) in place of the app's own, so
+        people in the channel see who spoke without a prefix in the text. Without the
+        `chat:write.customize` scope the name goes in front of the text in bold instead.
+        """
+        if self.identities_refused:
+            return await super().send_as(identity, chat_id, text, thread_id=thread_id)
+        body = markdown_to_mrkdwn(text)
+        if not body.strip():
+            return MessageActionResult("failed", chat_id, "empty message")
+        try:
+            return await self._post_message(chat_id, body, thread_id, **_identity_params(identity))
+        except SlackApiError as exc:
+            if not _lacks_customize_scope(exc):
+                return _api_error_result(exc, chat_id)
+        # Slack answered with a refusal, so nothing was posted: posting the turn again with
+        # the name in the text cannot show it twice.
+        if not self.identities_refused:
+            self.identities_refused = True
+            log.warning(
+                "slack: the app lacks the %s scope, so room agents cannot post under their own "
+                "names; their names are shown in bold in the text instead. Add %s under OAuth & "
+                "Permissions and reinstall the app to post as each agent.",
+                CUSTOMIZE_SCOPE,
+                CUSTOMIZE_SCOPE,
+            )
+        return await super().send_as(identity, chat_id, text, thread_id=thread_id)
+
+    async def _post_message(
+        self, chat_id: str, body: str, thread_id: str | None, **extra: str
+    ) -> MessageActionResult:
+        """One `chat.postMessage` of already converted mrkdwn.
+
+        A `SlackApiError` is raised to the caller: Slack answered and refused, so the post
+        provably did not happen and the caller may decide to post differently. Any other
+        failure may have happened after Slack posted it, so it is reported, never retried.
+        """
         assert self._post_client is not None
-        kwargs: dict[str, Any] = {"channel": chat_id, "text": body}
+        kwargs: dict[str, Any] = {"channel": chat_id, "text": body, **extra}
         if thread_id:
             kwargs["thread_ts"] = thread_id
         try:
             response = await self._post_client.chat_postMessage(**kwargs)
-        except SlackApiError as exc:
-            return _api_error_result(exc, chat_id)
+        except SlackApiError:
+            raise
         except Exception as exc:
             log.warning("slack: chat.postMessage to %s failed: %s", chat_id, type(exc).__name__)
             return MessageActionResult("failed", chat_id, f"{type(exc).__name__}; not resent (may have been delivered)")
@@ -386,6 +450,29 @@ def _dedup_key(event: dict[str, Any], body: dict[str, Any]) -> tuple[str, ...] |
         return ("post", str(event["channel"]), str(event["ts"]))
     event_id = body.get("event_id")
     return ("event", str(event_id)) if event_id else None
+
+
+def _identity_params(identity: AgentIdentity) -> dict[str, str]:
+    """`chat.postMessage` authorship fields for an agent: its name and one icon.
+
+    Slack lets `icon_emoji` override `icon_url`, so only one is sent; an emoji configured as
+    a character or as `name` is given as the `:name:` Slack expects.
+    """
+    params = {"username": identity.name}
+    if identity.icon_emoji and identity.icon_emoji.strip():
+        params["icon_emoji"] = f":{emoji_to_reaction(identity.icon_emoji)}:"
+    elif identity.avatar_url:
+        params["icon_url"] = identity.avatar_url
+    return params
+
+
+def _lacks_customize_scope(exc: SlackApiError) -> bool:
+    """Slack's refusal of a custom username: `missing_scope` naming `chat:write.customize`."""
+    response = exc.response
+    if response.get("error") != "missing_scope":
+        return False
+    needed = str(response.get("needed") or "")
+    return CUSTOMIZE_SCOPE in {scope.strip() for scope in needed.split(",")}
 
 
 def _api_error_result(exc: SlackApiError, chat_id: str) -> MessageActionResult:

@@ -542,3 +542,63 @@ class EventDelivery:
     async def settled(self, timeout: float = 5.0) -> None:
         stats = self.adapter.inbound_stats
         await wait_for(lambda: stats["settled"] >= stats["received"], timeout)
+
+
+# --- agent identities (rooms): custom username and icon on chat.postMessage ---------------------
+
+
+class IdentitySlackEmulator(SlackEmulator):
+    """The emulator with Slack's message authorship fields, for rooms (issue 7 part 3).
+
+    `chat.postMessage` honours `username`, `icon_emoji` and `icon_url` the way Slack does for
+    an app with `chat:write.customize`: the message becomes a `bot_message` carrying the bot's
+    `bot_id`, the `username` and an `icons` object (and no `user`), and its echo — when
+    `echo_posts` is on — is that message as a `message` event. With `deny_customize` set the
+    token lacks the scope, and a post that asks for a custom `username` is refused with
+    `missing_scope`, needed `chat:write.customize`, and nothing is stored.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deny_customize = False
+
+    def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+        username = str(params.get("username") or "")
+        if username and self.deny_customize:
+            return {
+                "ok": False,
+                "error": "missing_scope",
+                "needed": "chat:write.customize",
+                "provided": "chat:write,channels:history,app_mentions:read",
+            }
+        if not username:
+            return super()._m_chat_postMessage(params)
+        echo, self.echo_posts = self.echo_posts, False  # echo the message once it carries the identity
+        try:
+            answer = super()._m_chat_postMessage(params)
+        finally:
+            self.echo_posts = echo
+        if not answer.get("ok"):
+            return answer
+        message = answer["message"]  # the stored message itself
+        message.pop("user", None)
+        message.update(subtype="bot_message", username=username, icons=_icons(params))
+        channel = str(answer["channel"])
+        if self.echo_posts and self._sockets:
+            event = dict(message, channel=channel, channel_type=self.channels[channel], event_ts=message["ts"])
+            self.echoes.append(asyncio.create_task(self.send_envelope(event_callback(event))))
+        return answer
+
+    def identity_posts(self, channel: str) -> list[dict[str, Any]]:
+        """The stored messages of `channel` that carry a custom username, oldest first."""
+        return [m for m in self.messages.get(channel, []) if m.get("username")]
+
+
+def _icons(params: dict[str, Any]) -> dict[str, str]:
+    """The `icons` object Slack stores for a post: the emoji wins over the image URL."""
+    if params.get("icon_emoji"):
+        return {"emoji": str(params["icon_emoji"])}
+    if params.get("icon_url"):
+        url = str(params["icon_url"])
+        return {"image_36": url, "image_48": url, "image_72": url}
+    return {}
