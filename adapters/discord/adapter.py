@@ -22,7 +22,7 @@ import discord
 import yarl
 from discord.webhook.async_ import AsyncWebhookAdapter
 
-from adapters.discord.cache import _Lru
+from adapters.cache import BoundedCache
 from adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
 from adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
 from adapters.discord.inbound import _ALL_KINDS, _MEMBER_KINDS, DiscordInbound
@@ -77,15 +77,15 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         self.application_id: int | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._started = False
-        self._quotes: _Lru[int, QuotedRef | None] = _Lru(512)  # referenced message -> quote
-        self._message_channels: _Lru[str, int] = _Lru(4096)  # message id -> channel/thread id
-        self._own_deletes: _Lru[int, bool] = _Lru(512)  # deletions we made ourselves
+        self._quotes: BoundedCache[int, QuotedRef | None] = BoundedCache(512)  # referenced message -> quote
+        self._message_channels: BoundedCache[str, int] = BoundedCache(4096)  # message id -> channel/thread id
+        self._own_deletes: BoundedCache[int, bool] = BoundedCache(512)  # deletions we made ourselves
         # Rooms: channel -> the webhook we post through; channels where we may not have one.
-        self._webhooks: _Lru[int, discord.Webhook] = _Lru(1024)
+        self._webhooks: BoundedCache[int, discord.Webhook] = BoundedCache(1024)
         self._webhook_locks: dict[int, asyncio.Lock] = {}
-        self._no_webhooks: _Lru[int, bool] = _Lru(4096)
+        self._no_webhooks: BoundedCache[int, bool] = BoundedCache(4096)
         # Webhook id -> whether our application owns it (ours are dropped inbound).
-        self._webhook_owner: _Lru[int, bool] = _Lru(4096)
+        self._webhook_owner: BoundedCache[int, bool] = BoundedCache(4096)
         self._webhook_lookups: dict[int, asyncio.Future[bool]] = {}
         api_base = getattr(config, "api_base_url", None)
         self._webhook_adapter: AsyncWebhookAdapter | None = (

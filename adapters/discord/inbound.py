@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from adapters.base import Adapter
-from adapters.discord.cache import _Lru
+from adapters.cache import BoundedCache
 from bots.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -55,10 +55,10 @@ class DiscordInbound(Adapter):
     # Set up by DiscordAdapter.__init__.
     client: discord.Client
     application_id: int | None
-    _quotes: _Lru[int, QuotedRef | None]
-    _message_channels: _Lru[str, int]
-    _own_deletes: _Lru[int, bool]
-    _webhook_owner: _Lru[int, bool]
+    _quotes: BoundedCache[int, QuotedRef | None]
+    _message_channels: BoundedCache[str, int]
+    _own_deletes: BoundedCache[int, bool]
+    _webhook_owner: BoundedCache[int, bool]
 
     if TYPE_CHECKING:  # provided by DiscordWebhooks
 

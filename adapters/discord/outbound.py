@@ -13,7 +13,7 @@ from typing import Any
 import discord
 
 from adapters.base import Adapter
-from adapters.discord.cache import _Lru
+from adapters.cache import BoundedCache
 from adapters.discord.client import ALLOWED_MENTIONS
 from bots.types import MessageActionResult
 
@@ -30,8 +30,8 @@ class DiscordOutbound(Adapter):
 
     # Set up by DiscordAdapter.__init__.
     client: discord.Client
-    _message_channels: _Lru[str, int]
-    _own_deletes: _Lru[int, bool]
+    _message_channels: BoundedCache[str, int]
+    _own_deletes: BoundedCache[int, bool]
 
     def _channel(self, channel_id: int) -> Any:
         """A sendable channel: the cached one, or a partial handle that needs no cache."""

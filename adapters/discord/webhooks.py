@@ -19,7 +19,7 @@ import discord
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from adapters.base import Adapter
-from adapters.discord.cache import _Lru
+from adapters.cache import BoundedCache
 from adapters.discord.client import ALLOWED_MENTIONS
 from adapters.discord.outbound import MAX_MESSAGE_LENGTH, _failure
 from bots.replies import chunk_text
@@ -39,11 +39,11 @@ class DiscordWebhooks(Adapter):
     # Set up by DiscordAdapter.__init__.
     client: discord.Client
     application_id: int | None
-    _message_channels: _Lru[str, int]
-    _webhooks: _Lru[int, discord.Webhook]
+    _message_channels: BoundedCache[str, int]
+    _webhooks: BoundedCache[int, discord.Webhook]
     _webhook_locks: dict[int, asyncio.Lock]
-    _no_webhooks: _Lru[int, bool]
-    _webhook_owner: _Lru[int, bool]
+    _no_webhooks: BoundedCache[int, bool]
+    _webhook_owner: BoundedCache[int, bool]
     _webhook_lookups: dict[int, asyncio.Future[bool]]
     _webhook_adapter: AsyncWebhookAdapter | None
 

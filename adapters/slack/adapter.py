@@ -51,7 +51,9 @@ from bots.types import (
     PlatformEvent,
 )
 
-from .directory import BoundedCache, SlackDirectory
+from adapters.cache import BoundedCache
+
+from .directory import SlackDirectory
 from .format import emoji_to_reaction, markdown_to_mrkdwn
 from .inbound import MESSAGE_SUBTYPES, SelfIdentity, SlackInbound
 

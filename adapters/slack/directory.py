@@ -9,54 +9,18 @@ dropping the message.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.cache import BoundedCache
 from bots.types import ChannelType
 
 log = logging.getLogger(__name__)
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 _MISSING = object()
 _TRANSIENT_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable"})
-
-
-class BoundedCache(Generic[K, V]):
-    """A small LRU map: old entries fall out so a long-running bot's memory stays flat."""
-
-    def __init__(self, max_entries: int = 2048) -> None:
-        self._data: OrderedDict[K, V] = OrderedDict()
-        self._max = max_entries
-
-    def get(self, key: K, default: Any = None) -> Any:
-        if key not in self._data:
-            return default
-        self._data.move_to_end(key)
-        return self._data[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def put(self, key: K, value: V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._max:
-            self._data.popitem(last=False)
-
-    def discard(self, key: K) -> None:
-        self._data.pop(key, None)
-
-    def add_if_new(self, key: K, value: V) -> bool:
-        """Claim a key atomically (no await in between); False when it was already there."""
-        if key in self._data:
-            return False
-        self.put(key, value)
-        return True
 
 
 def channel_type_from_slack(slack_type: str | None) -> ChannelType | None:

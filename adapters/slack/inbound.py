@@ -25,7 +25,9 @@ from bots.types import (
     QuotedRef,
 )
 
-from .directory import BoundedCache, SlackDirectory, channel_type_from_slack
+from adapters.cache import BoundedCache
+
+from .directory import SlackDirectory, channel_type_from_slack
 from .format import mentioned_user_ids, reaction_to_emoji, to_plain_text
 
 PLATFORM = "slack"
