@@ -41,6 +41,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.base import Adapter
+from adapters.cache import BoundedCache
 from bots.config import SlackConfig
 from bots.types import (
     AgentIdentity,
@@ -50,8 +51,6 @@ from bots.types import (
     PlatformCapabilities,
     PlatformEvent,
 )
-
-from adapters.cache import BoundedCache
 
 from .directory import SlackDirectory
 from .format import emoji_to_reaction, markdown_to_mrkdwn

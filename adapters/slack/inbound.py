@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from adapters.cache import BoundedCache
 from bots.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -24,8 +25,6 @@ from bots.types import (
     PlatformEvent,
     QuotedRef,
 )
-
-from adapters.cache import BoundedCache
 
 from .directory import SlackDirectory, channel_type_from_slack
 from .format import mentioned_user_ids, reaction_to_emoji, to_plain_text
