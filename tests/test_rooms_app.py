@@ -120,3 +120,19 @@ async def test_new_in_a_room_channel_resets_the_room():
     outcome = await app.handle(message("/new", chat_id="team", channel_type="group"))
     assert outcome.status == "command" and adapter.texts()[-1] == "Room standup starts afresh."
     assert await app.rooms.rooms["standup"].load_transcript("telegram:team") == []
+
+
+async def test_a_long_turn_tells_the_person_who_asked_when_they_opted_in():
+    app, adapter = room_app(
+        push={
+            "agent_finished_after_seconds": 0.05,
+            "recipients": {"telegram:u1": {"categories": ["agent_finished"], "detail": "identified"}},
+        }
+    )
+    adapter.send_delay = 0.1  # the turn takes longer than the threshold
+    await app.handle(message("take your time", chat_id="dm-u1"))
+    assert [s.chat_id for s in adapter.sent] == ["dm-u1", "u1"]  # the answer, then the DM
+    assert adapter.sent[1].text == "Activity in helper"
+    # someone who did not opt in gets no notification, however long the turn
+    await app.handle(message("also slow", chat_id="dm-u2", user_id="u2"))
+    assert [s.chat_id for s in adapter.sent][2:] == ["dm-u2"]
