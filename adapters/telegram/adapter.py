@@ -1,9 +1,12 @@
 """`TelegramAdapter`: python-telegram-bot's `Application` wired to the botweave runtime.
 
-Inbound, PTB fetches updates (long polling by default, or its webhook server) and hands each
-to one handler that normalises it (see `inbound`) and dispatches it; dispatch returns at once,
-so PTB's loop is never blocked by an agent. Outbound calls go through `outbound.Outbound`,
-which keeps each chat in order under Telegram's rate limits.
+Inbound, PTB fetches updates by long polling (the default) and hands each to one handler that
+normalises it (see `inbound`) and dispatches it; dispatch returns at once, so PTB's loop is
+never blocked by an agent. In webhook mode our own server (see `webhook`) receives the updates
+and runs each through the same handlers, answering 200 only once the runtime has it (500 if
+the hand-over failed, so Telegram redelivers). Polling likewise sends the offset that
+acknowledges an update only after its hand-over finished. Outbound calls go through
+`outbound.Outbound`, which keeps each chat in order under Telegram's rate limits.
 
 The application is built with `ApplicationBuilder().bot(...)` rather than `.token(...)`
 because the bot is `client.TolerantBot`, an `ExtBot` whose polling survives a malformed
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from telegram import Message, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters, Update
@@ -27,6 +30,7 @@ from adapters.base import Adapter
 from adapters.telegram.client import PerChatUpdateProcessor, TolerantBot
 from adapters.telegram.inbound import Me, normalise
 from adapters.telegram.outbound import Formatted, Outbound, failure, not_modified
+from adapters.telegram.webhook import WebhookServer
 from bots.config import TelegramConfig
 from bots.types import BotUser, MessageActionResult, PlatformCapabilities
 
@@ -54,9 +58,18 @@ ALLOWED_UPDATES = (
 # budget, and exactly one for the long poll. PTB handles one update at a time unless told
 # otherwise; updates of different chats run concurrently (see client.PerChatUpdateProcessor).
 SEND_POOL_SIZE = 32
-HANDOVER_TIMEOUT_S = 30.0  # longest a poll waits for fetched updates to reach the runtime
+HANDOVER_TIMEOUT_S = 30.0  # longest a poll, or a webhook answer, waits for the runtime to take updates
 CONCURRENT_UPDATES = 64
 REACTION_EMOJI = {str(e.value) for e in ReactionEmoji}
+
+
+class _Handover:
+    """The outcome of handing one webhook update to the runtime."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
 
 
 class _TokenRedactor(logging.Filter):
@@ -155,6 +168,8 @@ class TelegramAdapter(Adapter):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unhanded: set[int] = set()  # fetched update ids not yet handed to the runtime
         self._all_handed = asyncio.Event()
+        self._webhook: WebhookServer | None = None
+        self._handovers: dict[int, _Handover] = {}  # id(update) → outcome, for webhook updates
         self._redactor: _TokenRedactor | None = None
 
     def __repr__(self) -> str:
@@ -242,29 +257,44 @@ class TelegramAdapter(Adapter):
         log.info("telegram: @%s receiving updates by %s", me.username, self.config.mode)
 
     async def _receive(self, application: Application) -> None:
+        if self.config.mode == "webhook":
+            await self._serve_webhook(application)
+            return
         updater = application.updater
         assert updater is not None  # ApplicationBuilder always builds one unless told not to
-        if self.config.mode == "webhook":
-            secret = self.config.webhook_secret.get_secret_value() if self.config.webhook_secret else None
-            if not secret:
-                log.warning("telegram: webhook without webhook_secret accepts updates from anyone")
-            await updater.start_webhook(
-                listen=self.config.webhook_listen,
-                port=self.config.webhook_port,
-                url_path=self.config.webhook_path,
-                webhook_url=self.config.webhook_url,
-                secret_token=secret or None,
-                allowed_updates=list(ALLOWED_UPDATES),
-            )
-            return
         await updater.start_polling(
             timeout=self.config.poll_timeout,
             allowed_updates=list(ALLOWED_UPDATES),
             error_callback=self._on_poll_error,
         )
 
+    async def _serve_webhook(self, application: Application) -> None:
+        """Start our webhook server, then point Telegram at it (PTB's `Updater` stays idle)."""
+        secret = self.config.webhook_secret.get_secret_value() if self.config.webhook_secret else None
+        if not secret:
+            log.warning("telegram: webhook without webhook_secret accepts updates from anyone")
+        server = WebhookServer(
+            bot=application.bot,
+            handle=self._process_webhook_update,
+            listen=self.config.webhook_listen,
+            port=self.config.webhook_port,
+            path=self.config.webhook_path,
+            secret=secret or None,
+            handle_timeout=HANDOVER_TIMEOUT_S,
+        )
+        await server.start()
+        self._webhook = server
+        await application.bot.set_webhook(
+            url=self.config.webhook_url or "",
+            secret_token=secret or None,
+            allowed_updates=list(ALLOWED_UPDATES),
+        )
+
     async def stop(self) -> None:
         """Stop receiving, let PTB finish, and close its HTTP clients; safe to call twice."""
+        webhook, self._webhook = self._webhook, None
+        if webhook is not None:  # first, so requests in flight still find the application
+            await webhook.stop()
         if self._tasks:  # e.g. a conflict shutting polling down: let it finish, briefly
             _, pending = await asyncio.wait(set(self._tasks), timeout=5.0)
             for task in pending:
@@ -300,16 +330,40 @@ class TelegramAdapter(Adapter):
             log.warning("telegram: %d update(s) still not handed over; polling on", len(self._unhanded))
             self._unhanded.clear()
 
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _process_webhook_update(self, update: Update) -> None:
+        """Run a webhook update through the application's handlers (via the update processor,
+        so a chat's updates stay in order while other chats run concurrently) and return once
+        the runtime has it; raise if the hand-over failed, so Telegram is answered 500."""
+        application = self._application
+        if application is None:
+            raise RuntimeError("the Telegram adapter is stopping")
+        handover = self._handovers[id(update)] = _Handover()
         try:
-            await self._handle_update(update)
+            await application.update_processor.process_update(update, application.process_update(update))
+        finally:
+            self._handovers.pop(id(update), None)
+        if handover.error is not None:
+            raise RuntimeError(f"hand-over failed: {handover.error!r}") from handover.error
+
+    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        handover = self._handovers.get(id(update))
+        try:
+            await self._handle_update(update, strict=handover is not None)
+        except Exception as exc:
+            if handover is not None:  # PTB passes it to the error handlers; the webhook answers 500
+                handover.error = exc
+            raise
         finally:
             self._unhanded.discard(update.update_id)
             if not self._unhanded:
                 self._all_handed.set()
 
-    async def _handle_update(self, update: Update) -> None:
+    async def _handle_update(self, update: Update, *, strict: bool = False) -> None:
+        """Normalise and dispatch. `strict` (webhook updates) raises when the runtime did not
+        accept an item, where `dispatch` would log and go on."""
         if self._me is None:
+            if strict:
+                raise RuntimeError("the Telegram adapter is not logged in")
             return
         if update.callback_query is not None:
             self._background(self._answer_callback(update.callback_query.id))
@@ -319,7 +373,12 @@ class TelegramAdapter(Adapter):
             log.exception("telegram: skipped update %s that could not be normalised", update.update_id)
             return
         for item in items:
-            await self.dispatch(item)
+            if not strict:
+                await self.dispatch(item)
+            elif self._sink is None:
+                raise RuntimeError("the Telegram adapter is not bound to a runtime")
+            else:
+                await self._sink(item)
 
     async def _answer_callback(self, query_id: str) -> None:
         """Stop the button's spinner; the agent's answer arrives as a normal message."""

@@ -19,8 +19,8 @@ from typing import Any
 
 from telegram import Update
 from telegram.error import TelegramError
-from telegram.warnings import PTBUserWarning
 from telegram.ext import BaseUpdateProcessor, ExtBot
+from telegram.warnings import PTBUserWarning
 
 log = logging.getLogger(__name__)
 

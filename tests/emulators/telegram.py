@@ -19,8 +19,8 @@ import json
 import re
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
