@@ -17,6 +17,7 @@ import discord
 from adapters.base import Adapter
 from adapters.cache import BoundedCache
 from bots.types import (
+    EVENT_KINDS,
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
     META_SCOPE,
@@ -35,17 +36,7 @@ log = logging.getLogger(__name__)
 _MENTION = re.compile(r"(?:<@!?(?P<user>\d+)>|<@&(?P<role>\d+)>|<#(?P<channel>\d+)>)(?P<trail>[ \t]*)")
 # Message types that carry a person's (or bot's) words; joins, pins, boosts etc. are skipped.
 _CHAT_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-_ALL_KINDS = frozenset(
-    {
-        "reaction_added",
-        "reaction_removed",
-        "message_edited",
-        "message_deleted",
-        "member_joined",
-        "member_left",
-        "thread_created",
-    }
-)
+_ALL_KINDS = EVENT_KINDS  # Discord reports every kind (member events need the Members intent)
 _MEMBER_KINDS = frozenset({"member_joined", "member_left"})
 
 
