@@ -237,9 +237,8 @@ class App:
         """Run the pipeline for one item. `deduplicated` items (from the shared stream) were
         checked when they were appended, so a worker re-running a crashed turn is not
         mistaken for a platform retry."""
-        if not deduplicated and not await self.store.set_if_absent(
-            dedup_key(item), "1", ttl=self.config.store.dedup_ttl_seconds
-        ):
+        key = None if deduplicated else dedup_key(item)
+        if key is not None and not await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds):
             return TurnOutcome("duplicate")
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)

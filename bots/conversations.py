@@ -27,6 +27,3 @@ class ConversationLocks:
             users[0] -= 1
             if users[0] == 0:
                 del self._locks[key]
-
-    def __len__(self) -> int:
-        return len(self._locks)

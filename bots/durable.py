@@ -48,11 +48,12 @@ return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1],
 Handler = Callable[[BotMessage | PlatformEvent], Awaitable[Any]]
 
 
-def dedup_key(item: BotMessage | PlatformEvent) -> str:
-    """The identity a platform retry repeats: (platform, chat, message or event id)."""
+def dedup_key(item: BotMessage | PlatformEvent) -> str | None:
+    """The identity a platform retry repeats: (platform, chat, message or event id); None for
+    an event the platform gave no id, which nothing could recognise as repeated anyway."""
     if isinstance(item, BotMessage):
         return f"dedup:{item.platform}:{item.channel.channel_id}:{item.message_id}"
-    return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id or uuid.uuid4().hex}"
+    return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id}" if item.event_id else None
 
 
 def encode(item: BotMessage | PlatformEvent) -> str:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -84,13 +83,3 @@ class Lease:
             self._heartbeat = None
         with contextlib.suppress(Exception):
             await self._redis.eval(_RELEASE, 1, self.key, self.token)
-
-
-@contextlib.asynccontextmanager
-async def holding(redis: Any, key: str, ttl: float) -> AsyncIterator[Lease]:
-    lease = Lease(redis, key, ttl)
-    await lease.acquire()
-    try:
-        yield lease
-    finally:
-        await lease.release()
