@@ -1,9 +1,12 @@
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,3 +45,37 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
+    """Start an App from a config (mapping or bot.yaml path); every one is stopped afterwards,
+    whatever the test did."""
+    from bots import App
+
+    apps: list[App] = []
+
+    async def start(config: Any) -> App:
+        app = App.from_config(config)
+        apps.append(app)
+        await app.start()
+        return app
+
+    yield start
+    for app in apps:
+        await asyncio.wait_for(app.stop(), 15)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Any]:
+    """The store contract holds for both backends: tests using this run against each."""
+    from bots.redis_store import RedisStore
+    from bots.store import MemoryStore
+
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    redis = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    await redis.connect()
+    yield redis
+    await redis.close()

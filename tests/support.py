@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -104,3 +105,7 @@ def config(**bot: Any) -> dict[str, Any]:
         "bot": {"unknown_user_policy": "allow", **bot},
         "agents": {"assistant": {"model": "offline/echo"}},
     }
+
+
+#: The shared `start_app` fixture (tests/conftest.py): start an App from a config.
+StartApp = Callable[[Any], Awaitable[Any]]

@@ -34,6 +34,7 @@ from tests.emulators.discord import (
     thread,
     user,
 )
+from tests.support import StartApp
 
 if TYPE_CHECKING:
     from adapters.discord import DiscordAdapter
@@ -119,20 +120,21 @@ async def emulator() -> AsyncIterator[DiscordEmulator]:
 
 
 @pytest.fixture
-async def start(emulator: DiscordEmulator) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
-    apps: list[App] = []
-
+async def start(emulator: DiscordEmulator, start_app: StartApp) -> Callable[..., Awaitable[Harness]]:
     async def run(**overrides: Any) -> Harness:
-        app = App.from_config(make_config(emulator, **overrides))
-        apps.append(app)
-        await app.start()
-        assert "discord" in app.adapters, "the Discord adapter did not start"
-        await emulator.wait_ready()
-        return Harness(emulator, app)
+        return await started(emulator, start_app, make_config(emulator, **overrides))
 
-    yield run
-    for app in apps:
-        await asyncio.wait_for(app.stop(), 15)
+    return run
+
+
+async def started(
+    emulator: DiscordEmulator, start_app: StartApp, config: dict[str, Any], harness: type[Harness] = Harness
+) -> Harness:
+    """An App connected to the emulator, wrapped in `harness` (Harness by default)."""
+    app = await start_app(config)
+    assert "discord" in app.adapters, "the Discord adapter did not start"
+    await emulator.wait_ready()
+    return harness(emulator, app)
 
 
 @pytest.fixture

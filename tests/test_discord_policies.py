@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from bots import App
 from tests.emulators.discord import BOT_ID, CHANNEL_ID, THREAD_ID, DiscordEmulator, thread, user
 from tests.emulators.openai import OpenAIEmulator
-from tests.test_discord import Harness, eventually, make_config
+from tests.support import StartApp
+from tests.test_discord import Harness, eventually, make_config, started
 from tests.test_discord_rooms import BoundedHarness, drained
 
 MENTION = f"<@{BOT_ID}>"
@@ -49,27 +49,19 @@ async def llm() -> AsyncIterator[OpenAIEmulator]:
 
 
 class Running:
-    """Starts Apps on the emulator and stops them all, whatever the test did."""
+    """Starts Apps on the emulator (the shared `start_app` stops them after the test)."""
 
-    def __init__(self, emulator: DiscordEmulator) -> None:
+    def __init__(self, emulator: DiscordEmulator, start_app: StartApp) -> None:
         self.emulator = emulator
-        self.apps: list[App] = []
+        self._start_app = start_app
 
     async def start(self, config: dict[str, Any]) -> Harness:
-        app = App.from_config(config)
-        self.apps.append(app)
-        await app.start()
-        assert "discord" in app.adapters, "the Discord adapter did not start"
-        await self.emulator.wait_ready()
-        return BoundedHarness(self.emulator, app)
+        return await started(self.emulator, self._start_app, config, BoundedHarness)
 
 
 @pytest.fixture
-async def running(emulator: DiscordEmulator) -> AsyncIterator[Running]:
-    runner = Running(emulator)
-    yield runner
-    for app in runner.apps:
-        await asyncio.wait_for(app.stop(), 15)
+def running(emulator: DiscordEmulator, start_app: StartApp) -> Running:
+    return Running(emulator, start_app)
 
 
 def answered(bot: Harness, speaker: str, channel_id: str = CHANNEL_ID) -> int:

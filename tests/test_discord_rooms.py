@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,7 +19,8 @@ import pytest
 from bots import App
 from bots.types import BotMessage, PlatformEvent
 from tests.emulators.discord import BOT_ID, CHANNEL_ID, THREAD_ID, DiscordEmulator
-from tests.test_discord import Harness, eventually, make_config
+from tests.support import StartApp
+from tests.test_discord import Harness, emulator, eventually, make_config, started  # noqa: F401  (fixture)
 
 PLANNER_AVATAR = "https://cdn.example.test/planner.png"
 TURN_START = re.compile(r"^(planner|researcher|critic) \(offline echo\) heard: ")
@@ -67,27 +68,11 @@ def room_config(emulator: DiscordEmulator, **room: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def emulator() -> AsyncIterator[DiscordEmulator]:
-    emu = await DiscordEmulator().start()
-    yield emu
-    await emu.stop()
-
-
-@pytest.fixture
-async def start(emulator: DiscordEmulator) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
-    apps: list[App] = []
-
+async def start(emulator: DiscordEmulator, start_app: StartApp) -> Callable[..., Awaitable[Harness]]:
     async def run(**room: Any) -> Harness:
-        app = App.from_config(room_config(emulator, **room))
-        apps.append(app)
-        await app.start()
-        assert "discord" in app.adapters, "the Discord adapter did not start"
-        await emulator.wait_ready()
-        return BoundedHarness(emulator, app)
+        return await started(emulator, start_app, room_config(emulator, **room), BoundedHarness)
 
-    yield run
-    for app in apps:
-        await asyncio.wait_for(app.stop(), 15)
+    return run
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from tests.emulators.telegram import (
     telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
+from tests.support import StartApp
 
 ANN = TelegramEmulator.user(1, "Ann", "ann")  # the person agents mention
 BOB = TelegramEmulator.user(2, "Bob", "bob")  # the person who writes in the room
@@ -48,9 +49,8 @@ def ann(**settings: Any) -> dict[str, Any]:
 
 
 @pytest_asyncio.fixture
-async def run_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Runner]:
+async def run_app(telegram_emulator: TelegramEmulator, start_app: StartApp) -> Runner:
     """Start an App on Telegram (pointed at the emulator) with a two-agent room in TEAM."""
-    apps: list[App] = []
 
     async def start(*, push: dict[str, Any], room: dict[str, Any] | None = None) -> App:
         config = {
@@ -63,15 +63,11 @@ async def run_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Runner]:
             "routes": [{"match": {"chat_id": str(TEAM)}, "room": "standup"}, {"match": {}, "agent": "planner"}],
             "push": push,
         }
-        app = App.from_config(config)
-        await app.start()
-        apps.append(app)
+        app = await start_app(config)
         assert isinstance(app.adapters["telegram"], TelegramAdapter)
         return app
 
-    yield start
-    for app in apps:
-        await app.stop()
+    return start
 
 
 async def settle(app: App, emu: TelegramEmulator) -> None:

@@ -2,13 +2,11 @@
 
 import asyncio
 import json
-import uuid
 
 import pytest
 
 from bots.agents import Agent
 from bots.config import AgentConfig
-from bots.redis_store import RedisStore
 from bots.store import MemoryStore
 from rooms import Room, RoomConfig, RoomEvent, RoundRobinRoomPlanner
 
@@ -58,17 +56,6 @@ def offline_agents(*names: str) -> dict[str, Agent]:
 
 def room_config(roster=ROSTER, **kwargs) -> RoomConfig:
     return RoomConfig("team", tuple(roster), **kwargs)
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request, redis_url):
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    redis = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
-    await redis.connect()
-    yield redis
-    await redis.close()
 
 
 def assert_follows_planner(room: Room, transcript: list[RoomEvent]) -> None:

@@ -1,6 +1,5 @@
 """The store contract, run against the in-memory store and a real Redis server alike."""
 
-import uuid
 
 import pytest
 
@@ -14,17 +13,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request, redis_url):
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    redis = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
-    await redis.connect()
-    yield redis
-    await redis.close()
 
 
 async def test_get_set_delete(store):

@@ -26,6 +26,7 @@ from tests.emulators.telegram import (
     telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
+from tests.support import StartApp
 
 ANN = TelegramEmulator.user(1, "Ann", "ann")
 BOB = TelegramEmulator.user(2, "Bob", "bob")
@@ -36,21 +37,16 @@ Runner = Callable[..., Any]
 
 
 @pytest_asyncio.fixture
-async def run_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Runner]:
+async def run_app(telegram_emulator: TelegramEmulator, start_app: StartApp) -> Runner:
     """Start an App whose only platform is Telegram, pointed at the emulator."""
-    apps: list[App] = []
 
     async def start(**telegram: Any) -> App:
         section = {"unknown_user_policy": "allow", **adapter_config(telegram_emulator), **telegram}
-        app = App.from_config({"agents": {"assistant": {"model": "offline/echo"}}, "platforms": {"telegram": section}})
-        await app.start()
-        apps.append(app)
+        app = await start_app({"agents": {"assistant": {"model": "offline/echo"}}, "platforms": {"telegram": section}})
         assert isinstance(app.adapters["telegram"], TelegramAdapter)
         return app
 
-    yield start
-    for app in apps:
-        await app.stop()
+    return start
 
 
 async def replies(emu: TelegramEmulator, chat_id: int, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:

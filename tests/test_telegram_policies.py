@@ -14,11 +14,10 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest_asyncio
 import yaml
 
 from bots import App
@@ -39,22 +38,6 @@ BUSY = "I'm busy right now; please try again shortly."
 CODE = re.compile(r"Your pairing code is ([A-Z2-9]{8})\b")
 
 Starter = Callable[..., Any]
-
-
-@pytest_asyncio.fixture
-async def start_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Starter]:
-    """Start an App (from a mapping or a bot.yaml path) and stop it after the test."""
-    apps: list[App] = []
-
-    async def start(config: dict[str, Any] | Path) -> App:
-        app = App.from_config(config)
-        apps.append(app)
-        await app.start()
-        return app
-
-    yield start
-    for app in apps:
-        await app.stop()
 
 
 def config_for(emu: TelegramEmulator, agent_model: str = "offline/echo", **telegram: Any) -> dict[str, Any]:

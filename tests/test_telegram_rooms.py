@@ -12,7 +12,7 @@ the stand-up test fires the kickoff with `run_now`, the path `botweave room run`
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest_asyncio
@@ -35,9 +35,7 @@ Starter = Callable[..., Any]
 
 
 @pytest_asyncio.fixture
-async def start_room_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[Starter]:
-    apps: list[App] = []
-
+async def start_room_app(telegram_emulator: TelegramEmulator, start_app: Starter) -> Starter:
     async def start(model: str = "offline/echo") -> App:
         config = {
             "bot": {"unknown_user_policy": "allow"},
@@ -53,14 +51,9 @@ async def start_room_app(telegram_emulator: TelegramEmulator) -> AsyncIterator[S
             "routes": [{"match": {"chat_id": GROUP_ID}, "room": "standup"}],
             "platforms": {"telegram": adapter_config(telegram_emulator)},
         }
-        app = App.from_config(config)
-        apps.append(app)
-        await app.start()
-        return app
+        return await start_app(config)
 
-    yield start
-    for app in apps:
-        await app.stop()
+    return start
 
 
 def speaker_of(message: dict[str, Any]) -> str:
