@@ -25,21 +25,7 @@ from tests.emulators.slack import (
     event_callback,
     slack_section,
 )
-
-CHANNEL, PRIVATE, MPIM, DM = "C0GENERAL", "G0SECRET", "G0MPIM", "D0ALICE"
-ALICE, BOB = "U0ALICE", "U0BOB"
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[SlackEmulator]:
-    emu = SlackEmulator()
-    await emu.start()
-    emu.add_user(ALICE, "Alice")
-    emu.add_user(BOB, "Bob", display_name="bobby")
-    for channel, kind in ((CHANNEL, "channel"), (PRIVATE, "group"), (MPIM, "mpim"), (DM, "im")):
-        emu.add_channel(channel, kind)
-    yield emu
-    await emu.stop()
+from tests.test_slack import ALICE, BOB, CHANNEL, DM, MPIM, PRIVATE, emulator  # noqa: F401  (fixture)
 
 
 class Harness:
