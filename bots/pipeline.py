@@ -86,8 +86,9 @@ class Pipeline:
 
         cfg = platform.config
         verdict = await s.access.verdict(msg, cfg)
+        target = s.router.resolve(msg)
         gate = decide_gate(msg, cfg.group_policy)
-        if gate == "ignore" and self._routes_to_room(msg):
+        if gate == "ignore" and target is not None and target.kind == "room" and s.rooms is not None:
             gate = "reply"  # a channel bound to a room hears every person, mentioned or not
         if verdict == "pair" and msg.sender.is_bot:
             verdict = "deny"  # a bot cannot ask its owner to approve a code
@@ -107,12 +108,12 @@ class Pipeline:
             event = await s.hooks.run(HookEvent("message_received", {"message": msg.to_dict()}, message=msg))
             if event.denied or event.message is None:
                 return TurnOutcome("hook_denied")
-            msg = event.message
+            msg = event.message  # hooks may rewrite it, so it may belong elsewhere now
             reply = ReplyChannel(platform.adapter, msg, cfg, s.hooks, s.outbox)
+            target = s.router.resolve(msg)
 
         if msg.allow_control and msg.command == "notify":
             return TurnOutcome("command", await reply.send_text(await self._notify_command(msg)))
-        target = s.router.resolve(msg)
         if target is not None and target.kind == "room" and s.rooms is not None and gate != "observe":
             return await self._room_turn(s.rooms, target.name, msg, reply)
         if target is None or target.kind != "agent" or target.name not in s.agents:
@@ -180,12 +181,6 @@ class Pipeline:
             return "Notification settings are personal: send /notify to me in a direct message."
         result = await self.s.preferences.apply_command(msg.platform, msg.sender.user_id, " ".join(msg.command_args))
         return result.reply
-
-    def _routes_to_room(self, msg: BotMessage) -> bool:
-        if self.s.rooms is None:
-            return False
-        target = self.s.router.resolve(msg)
-        return target is not None and target.kind == "room"
 
     async def _room_turn(self, rooms: RoomHub, room: str, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome:
         if msg.sender.is_bot:

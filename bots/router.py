@@ -41,20 +41,21 @@ def _facts(msg: BotMessage) -> dict[str, str | None]:
 
 class Router:
     def __init__(self, routes: list[RouteConfig], default_agent: str | None) -> None:
-        self._routes = routes
+        # Each binding's wanted facts, its rank and its target, computed once: resolve runs
+        # for every message.
+        self._bindings = []
+        for route in routes:
+            wanted = route.match.model_dump(exclude_none=True)
+            target = Target("room", route.room) if route.room else Target("agent", route.agent or "")
+            self._bindings.append((wanted, tuple(k in wanted for k in _PRECEDENCE), target))
         self._default = Target("agent", default_agent) if default_agent and not routes else None
 
     def resolve(self, msg: BotMessage) -> Target | None:
         facts = _facts(msg)
-        best: tuple[tuple[bool, ...], RouteConfig] | None = None
-        for route in self._routes:
-            wanted = route.match.model_dump(exclude_none=True)
+        best: tuple[tuple[bool, ...], Target] | None = None
+        for wanted, rank, target in self._bindings:
             if any(facts[k] != v for k, v in wanted.items()):
                 continue
-            rank = tuple(k in wanted for k in _PRECEDENCE)
             if best is None or rank > best[0]:
-                best = (rank, route)
-        if best is None:
-            return self._default
-        route = best[1]
-        return Target("room", route.room) if route.room else Target("agent", route.agent or "")
+                best = (rank, target)
+        return best[1] if best is not None else self._default
