@@ -37,15 +37,19 @@ class Adapter(ABC):
     def bind(self, sink: InboundSink) -> None:
         self._sink = sink
 
-    async def dispatch(self, item: BotMessage | PlatformEvent) -> None:
-        """Hand an inbound item to the runtime; a failure there never kills the connection."""
+    async def dispatch(self, item: BotMessage | PlatformEvent) -> bool:
+        """Hand an inbound item to the runtime; a failure there never kills the connection.
+        False when the runtime did not take it, so a platform that can redeliver (a webhook
+        answered with an error) is not told the item arrived."""
         if self._sink is None:
             log.warning("%s: inbound item dropped, adapter not bound to a runtime", self.platform)
-            return
+            return False
         try:
             await self._sink(item)
         except Exception:
             log.exception("%s: runtime failed to accept an inbound item", self.platform)
+            return False
+        return True
 
     @abstractmethod
     async def start(self, *, inbound: bool = True) -> None:

@@ -360,7 +360,7 @@ class TelegramAdapter(Adapter):
 
     async def _handle_update(self, update: Update, *, strict: bool = False) -> None:
         """Normalise and dispatch. `strict` (webhook updates) raises when the runtime did not
-        accept an item, where `dispatch` would log and go on."""
+        accept an item, so the webhook answers with an error and Telegram redelivers."""
         if self._me is None:
             if strict:
                 raise RuntimeError("the Telegram adapter is not logged in")
@@ -373,12 +373,8 @@ class TelegramAdapter(Adapter):
             log.exception("telegram: skipped update %s that could not be normalised", update.update_id)
             return
         for item in items:
-            if not strict:
-                await self.dispatch(item)
-            elif self._sink is None:
-                raise RuntimeError("the Telegram adapter is not bound to a runtime")
-            else:
-                await self._sink(item)
+            if not await self.dispatch(item) and strict:
+                raise RuntimeError("the runtime did not accept the update")
 
     async def _answer_callback(self, query_id: str) -> None:
         """Stop the button's spinner; the agent's answer arrives as a normal message."""
