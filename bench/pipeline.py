@@ -20,8 +20,8 @@ from typing import ClassVar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from adapters.base import Adapter  # noqa: E402
-from bots import App, BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities  # noqa: E402
+from botweave import App, BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities  # noqa: E402
+from botweave.adapter import Adapter  # noqa: E402
 
 HISTORY_TURNS = 10
 

@@ -80,7 +80,7 @@ def write_config(path: Path, emu: TelegramEmulator, redis_url: str) -> Path:
 
 def spawn(config: Path, role: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "bots.cli", "run", "--role", role, str(config)],
+        [sys.executable, "-m", "botweave", "run", "--role", role, str(config)],
         cwd=ROOT,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         stdin=subprocess.DEVNULL,

@@ -1,10 +1,14 @@
-"""botweave core: message types, configuration and the runtime that connects platforms to agents."""
+"""botweave: connect chat platforms to LLM agents and rooms of agents.
 
-from typing import TYPE_CHECKING, Any
+This module only hands the public names on; each is defined where its concern lives.
+"""
 
-from bots.config import BotConfig, Config, ConfigError, load_config
-from bots.hooks import HookEvent, HookRegistry
-from bots.types import (
+from botweave.config import BotConfig, ConfigError
+from botweave.hooks import HookEvent, HookRegistry
+from botweave.runtime.app import App
+from botweave.runtime.config import Config, load_config
+from botweave.runtime.turns import TurnOutcome
+from botweave.types import (
     BotChannel,
     BotMessage,
     BotUser,
@@ -14,38 +18,10 @@ from bots.types import (
     PlatformEvent,
     QuotedRef,
 )
-
-__version__ = "0.1.0"
-
-if TYPE_CHECKING:
-    from bots.app import App, TurnOutcome
-
-
-def __getattr__(name: str) -> Any:
-    # The runtime wires adapters and policies, which import these core types; loading it
-    # lazily lets `import policies` or `import adapters.base` come first without a cycle.
-    if name in ("App", "TurnOutcome"):
-        from bots import app
-
-        return getattr(app, name)
-    raise AttributeError(f"module 'bots' has no attribute {name!r}")
+from botweave.version import __version__
 
 __all__ = [
-    "App",
-    "BotChannel",
-    "BotConfig",
-    "BotMessage",
-    "BotUser",
-    "Config",
-    "ConfigError",
-    "HookEvent",
-    "HookRegistry",
-    "MessageActionResult",
-    "MessageType",
-    "PlatformCapabilities",
-    "PlatformEvent",
-    "QuotedRef",
-    "TurnOutcome",
-    "load_config",
-    "__version__",
+    "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Config", "ConfigError", "HookEvent",
+    "HookRegistry", "MessageActionResult", "MessageType", "PlatformCapabilities", "PlatformEvent",
+    "QuotedRef", "TurnOutcome", "load_config", "__version__",
 ]

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from bots.config import AgentConfig
-from bots.store import Store
+from botweave.config import AgentConfig
+from botweave.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,7 @@ def litellm_module() -> Any:
     """Import litellm once, offline-safe, with the offline model registered."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
-
-    from bots.offline_model import register
+    from botweave.offline_model import register
 
     litellm.suppress_debug_info = True
     register(litellm)

@@ -9,18 +9,14 @@ the place and the fix, not a traceback.
 from __future__ import annotations
 
 import logging
-import os
 import re
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Optional
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     SecretStr,
     ValidationError,
     create_model,
@@ -30,7 +26,6 @@ from pydantic import (
 
 log = logging.getLogger(__name__)
 
-PLATFORMS = ("console", "telegram", "discord", "slack")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -42,22 +37,24 @@ class ConfigError(ValueError):
         super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-class _Strict(BaseModel):
+class Section(BaseModel):
+    """A bot.yaml section: unknown keys are errors, so a typo is caught, not ignored."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class LoopProtection(_Strict):
+class LoopProtection(Section):
     """Kept loose on purpose: SPEC §5 wants typos to fall back to defaults, not crash."""
 
     model_config = ConfigDict(extra="allow")
 
 
-class UserRateLimit(_Strict):
+class UserRateLimit(Section):
     messages: Annotated[int, Field(ge=1)]
     per_seconds: Annotated[float, Field(gt=0)]
 
 
-class BotConfig(_Strict):
+class BotConfig(Section):
     """Behaviour shared by all platforms; each platform may override any field."""
 
     unknown_user_policy: Optional[Literal["deny", "pair", "allow"]] = None  # None: per platform
@@ -117,6 +114,8 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
 
     #: Credential fields that must be non-empty for the platform to start.
     required_credentials: ClassVar[tuple[str, ...]] = ()
+    #: What strangers get when neither the `bot:` block nor the platform says.
+    default_unknown_user_policy: ClassVar[Literal["deny", "pair", "allow"]] = "pair"
 
     def missing_credentials(self) -> list[str]:
         missing = []
@@ -126,7 +125,7 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
                 missing.append(name)
         return missing
 
-    def bot_config(self, defaults: BotConfig, platform: str) -> BotConfig:
+    def bot_config(self, defaults: BotConfig) -> BotConfig:
         """The effective BotConfig: the `bot:` block with this platform's overrides on top."""
         overrides = {
             k: v for k, v in self.model_dump(include=set(BotConfig.model_fields)).items() if v is not None
@@ -134,68 +133,12 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
         merged = defaults.model_copy(update=overrides)
         if merged.unknown_user_policy is None:
             merged = merged.model_copy(
-                update={"unknown_user_policy": "allow" if platform == "console" else "pair"}
+                update={"unknown_user_policy": self.default_unknown_user_policy}
             )
         return merged
 
 
-class ConsoleConfig(PlatformConfig):
-    user_name: str = "you"
-
-
-class TelegramConfig(PlatformConfig):
-    required_credentials: ClassVar[tuple[str, ...]] = ("token",)
-    token: Optional[SecretStr] = None
-    file_base_url: Optional[str] = None
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_url: Optional[str] = None
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
-    webhook_path: str = "/telegram"
-    webhook_secret: Optional[SecretStr] = None
-    poll_timeout: Annotated[int, Field(ge=0)] = 30
-    #: 409 Conflicts (another poller or a webhook on the same token) tolerated before polling stops.
-    conflict_retries: Annotated[int, Field(ge=0)] = 2
-    #: Outbound pacing to stay inside Telegram's limits; a self-hosted Bot API server (or a
-    #: test emulator) may allow more.
-    requests_per_second: Annotated[float, Field(gt=0)] = 30.0
-
-
-class DiscordConfig(PlatformConfig):
-    required_credentials: ClassVar[tuple[str, ...]] = ("token",)
-    token: Optional[SecretStr] = None
-    gateway_url: Optional[str] = None
-    member_events: bool = False
-
-
-class SlackConfig(PlatformConfig):
-    required_credentials: ClassVar[tuple[str, ...]] = ("bot_token",)
-    bot_token: Optional[SecretStr] = None
-    app_token: Optional[SecretStr] = None
-    signing_secret: Optional[SecretStr] = None
-    mode: Literal["socket", "http"] = "socket"
-    http_host: str = "0.0.0.0"
-    http_port: Annotated[int, Field(ge=1, le=65535)] = 3000
-    http_path: str = "/slack/events"
-    reply_in_thread: bool = False
-
-    def missing_credentials(self) -> list[str]:
-        missing = super().missing_credentials()
-        needed = "app_token" if self.mode == "socket" else "signing_secret"
-        value = getattr(self, needed)
-        if value is None or not value.get_secret_value().strip():
-            missing.append(needed)
-        return missing
-
-
-class PlatformsConfig(_Strict):
-    console: Optional[ConsoleConfig] = None
-    telegram: Optional[TelegramConfig] = None
-    discord: Optional[DiscordConfig] = None
-    slack: Optional[SlackConfig] = None
-
-
-class AgentConfig(_Strict):
+class AgentConfig(Section):
     model: str
     instructions: str = "You are a helpful assistant."
     temperature: Optional[Annotated[float, Field(ge=0, le=2)]] = None
@@ -210,7 +153,7 @@ class AgentConfig(_Strict):
     icon_emoji: Optional[str] = None
 
 
-class RouteMatch(_Strict):
+class RouteMatch(Section):
     platform: Optional[str] = None
     chat_id: Optional[str] = None
     thread_id: Optional[str] = None
@@ -223,7 +166,7 @@ class RouteMatch(_Strict):
         return str(value) if isinstance(value, int) else value
 
 
-class RouteConfig(_Strict):
+class RouteConfig(Section):
     match: RouteMatch = Field(default_factory=RouteMatch)
     agent: Optional[str] = None
     room: Optional[str] = None
@@ -235,7 +178,7 @@ class RouteConfig(_Strict):
         return self
 
 
-class StoreConfig(_Strict):
+class StoreConfig(Section):
     url: str = Field(default="memory://", repr=False)  # may carry a Redis password
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
     prefix: str = "botweave:default:"
@@ -250,101 +193,6 @@ class StoreConfig(_Strict):
         if not value.startswith(("memory://", "redis://", "rediss://", "unix://")):
             raise ValueError("must start with memory:// or redis:// (or rediss://, unix://)")
         return value
-
-
-class AdmissionConfig(_Strict):
-    """Global limits on concurrent agent turns (one budget for all platforms)."""
-
-    max_concurrent_turns: Annotated[int, Field(ge=0)] = 0
-    max_concurrent_turns_per_scope: Annotated[int, Field(ge=0)] = 0
-    overflow: Literal["reject", "queue", "shed_oldest"] = "queue"
-    queue_depth: Annotated[int, Field(ge=1)] = 100
-    busy_message: str = "I'm busy right now; please try again shortly."
-
-
-class Config(_Strict):
-    bot: BotConfig = Field(default_factory=BotConfig)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
-    platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)
-    routes: list[RouteConfig] = Field(default_factory=list)
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
-    # Filled in by the rooms, push and scheduler work; accepted as mappings meanwhile.
-    rooms: dict[str, Any] = Field(default_factory=dict)
-    push: dict[str, Any] = Field(default_factory=dict)
-    schedules: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _references_exist(self) -> Config:
-        if not self.agents:
-            raise ValueError("at least one agent is required under `agents:`")
-        for i, route in enumerate(self.routes):
-            if route.agent is not None and route.agent not in self.agents:
-                raise ValueError(
-                    f"routes.{i}.agent: unknown agent {route.agent!r}; defined agents: "
-                    + ", ".join(sorted(self.agents))
-                )
-            if route.room is not None and route.room not in self.rooms:
-                known = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
-                raise ValueError(f"routes.{i}.room: unknown room {route.room!r}; defined rooms: {known}")
-        self._check_rooms()
-        return self
-
-    def _check_rooms(self) -> None:
-        from rooms.config import RoomConfig
-
-        for name, data in self.rooms.items():
-            room = RoomConfig.from_dict(str(name), data)
-            missing = [member for member in room.roster if member not in self.agents]
-            if missing:
-                raise ValueError(
-                    f"rooms.{name}.roster: {', '.join(missing)} not defined under `agents:`; "
-                    f"defined agents: {', '.join(sorted(self.agents))}"
-                )
-
-    def push_config(self) -> Any:
-        from push.preferences import parse_push_config
-
-        return parse_push_config(self.push)
-
-    def room_configs(self) -> dict[str, Any]:
-        from rooms.config import RoomConfig
-
-        return {str(name): RoomConfig.from_dict(str(name), data) for name, data in self.rooms.items()}
-
-    def platform(self, name: str) -> PlatformConfig | None:
-        return getattr(self.platforms, name, None)
-
-    def enabled_platforms(self, only: Iterable[str] | None = None) -> dict[str, PlatformConfig]:
-        """Platforms that are switched on and have their credentials; others warn once."""
-        enabled = {}
-        wanted = PLATFORMS if only is None else [p for p in PLATFORMS if p in set(only)]
-        for name in wanted:
-            section = self.platform(name)
-            if section is None or not section.enabled:
-                continue
-            missing = section.missing_credentials()
-            if missing:
-                hints = [_missing_hint(name, field, self._env_refs) for field in missing]
-                log.warning("platform %s skipped: %s", name, "; ".join(hints))
-                continue
-            enabled[name] = section
-        return enabled
-
-    def bot_config_for(self, platform: str) -> BotConfig:
-        section = self.platform(platform)
-        if section is None:
-            return PlatformConfig().bot_config(self.bot, platform)
-        return section.bot_config(self.bot, platform)
-
-    _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
-
-
-def _missing_hint(platform: str, field: str, env_refs: dict[str, list[str]]) -> str:
-    variables = env_refs.get(f"platforms.{platform}.{field}", [])
-    if variables:
-        return f"platforms.{platform}.{field} is empty (set {' or '.join(variables)})"
-    return f"platforms.{platform}.{field} is not set"
 
 
 # --- substitution ---------------------------------------------------------------------------
@@ -422,7 +270,7 @@ def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str] 
     return None
 
 
-def format_errors(exc: ValidationError, model: type[BaseModel] = Config) -> list[str]:
+def format_errors(exc: ValidationError, model: type[BaseModel]) -> list[str]:
     problems = []
     for error in exc.errors():
         loc = tuple(error["loc"])
@@ -430,35 +278,3 @@ def format_errors(exc: ValidationError, model: type[BaseModel] = Config) -> list
         where = _loc(loc)
         problems.append(f"{where}: {message}" if where else message)
     return problems
-
-
-# --- loading --------------------------------------------------------------------------------
-
-
-def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
-    """Read, substitute and validate a configuration from a path or an already-parsed mapping."""
-    if isinstance(source, Mapping):
-        raw: Any = dict(source)
-        origin = "<mapping>"
-    else:
-        path = Path(source)
-        origin = str(path)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError([f"{origin}: file not found"]) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"{origin}: not valid YAML: {exc}"]) from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError([f"{origin}: the top level must be a mapping (bot:, agents:, platforms:, …)"])
-    refs: dict[str, list[str]] = {}
-    data = substitute_env(raw, os.environ if env is None else env, refs=refs)
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(format_errors(exc)) from None
-    config.push_config()  # raises ConfigError naming each push.* problem
-    config._env_refs = refs
-    return config

@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bots.config import BotConfig
-from bots.hooks import HookEvent, HookRegistry
-from bots.replies import chunk_text, format_footer, is_silent, with_footer
-from bots.store import Store
-from bots.streaming import StreamingReply
-from bots.types import BotMessage, MessageActionResult
+from botweave.config import BotConfig
+from botweave.hooks import HookEvent, HookRegistry
+from botweave.replies import chunk_text, format_footer, is_silent, with_footer
+from botweave.store import Store
+from botweave.streaming import StreamingReply
+from botweave.types import BotMessage, MessageActionResult
 
 if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
-    from adapters.base import Adapter
+    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import count, groupby
 from typing import Any, Literal
 
-from bots.types import BotMessage
+from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import logging
 import uuid
 from typing import Any
 
-from bots.store import Store, redact_url
+from botweave.store import Store, redact_url
 
 log = logging.getLogger(__name__)
 

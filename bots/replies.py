@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from bots.types import LengthUnit
+from botweave.types import LengthUnit
 
 DEFAULT_SILENCE_TOKEN = "NO_REPLY"
 _FENCE = re.compile(r"^\s*(```+|~~~+)(.*)$")

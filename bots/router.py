@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bots.config import RouteConfig
-from bots.types import BotMessage
+from botweave.config import RouteConfig
+from botweave.types import BotMessage
 
 _PRECEDENCE = ("thread_id", "chat_id", "user_id", "chat_type", "platform")
 

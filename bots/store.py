@@ -149,6 +149,6 @@ def redact_url(url: str) -> str:
 def open_store(url: str, prefix: str = "botweave:default:") -> Store:
     if url.startswith("memory://"):
         return MemoryStore()
-    from bots.redis_store import RedisStore
+    from botweave.redis_store import RedisStore
 
     return RedisStore(url, prefix)

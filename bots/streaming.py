@@ -13,8 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bots.replies import chunk_text
-from bots.types import LengthUnit, MessageActionResult
+from botweave.replies import chunk_text
+from botweave.types import LengthUnit, MessageActionResult
 
 SendFn = Callable[[str, int], Awaitable[MessageActionResult]]  # (text, message index) -> result
 EditFn = Callable[[str, str], Awaitable[MessageActionResult]]  # (message_id, text)

@@ -1,8 +1,8 @@
 """Admission and safety policies: access, group gating, the bot-loop guard."""
 
-from policies.access import AccessVerdict, decide_access
-from policies.gating import GateVerdict, decide_gate, is_addressed
-from policies.loop_guard import BotLoopGuard, BotLoopPolicy
+from botweave.policies.access import AccessVerdict, decide_access
+from botweave.policies.gating import GateVerdict, decide_gate, is_addressed
+from botweave.policies.loop_guard import BotLoopGuard, BotLoopPolicy
 
 __all__ = [
     "AccessVerdict",

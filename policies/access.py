@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bots.config import BotConfig
-from bots.types import BotMessage
+from botweave.config import BotConfig
+from botweave.types import BotMessage
 
 AccessVerdict = Literal["admit", "deny", "pair"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from bots.config import BotConfig
-from bots.store import Store
-from bots.types import BotMessage
-from policies.access import AccessVerdict, decide_access
-from policies.pairing import Pairing
+from botweave.config import BotConfig
+from botweave.policies.access import AccessVerdict, decide_access
+from botweave.policies.pairing import Pairing
+from botweave.store import Store
+from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
 

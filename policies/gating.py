@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bots.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage
 
 GateVerdict = Literal["reply", "observe", "ignore"]
 

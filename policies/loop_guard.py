@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from bots.store import MemoryStore, Store
+from botweave.store import MemoryStore, Store
 
 
 @dataclass(frozen=True, slots=True)

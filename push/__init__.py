@@ -4,8 +4,8 @@
 (platform DM or signed webhook), and `notifier` ties them together with counting and digests.
 """
 
-from push.model import DM_TRANSPORT, PushMessage, Recipient
-from push.notifier import (
+from botweave.push.model import DM_TRANSPORT, PushMessage, Recipient
+from botweave.push.notifier import (
     NotificationOutcome,
     Notifier,
     asks_question,
@@ -13,7 +13,7 @@ from push.notifier import (
     mention_triggers,
     mentioned_people,
 )
-from push.policy import (
+from botweave.push.policy import (
     DEFAULT_PREFERENCE,
     PRIVATE_TEXT,
     DecisionReason,
@@ -24,7 +24,7 @@ from push.policy import (
     evaluate,
     redact,
 )
-from push.preferences import (
+from botweave.push.preferences import (
     NotifyCommandResult,
     PreferenceStore,
     PushConfig,
@@ -34,7 +34,7 @@ from push.preferences import (
     parse_push_config,
     parse_quiet_hours,
 )
-from push.transports import (
+from botweave.push.transports import (
     DELIVERY_ID_HEADER,
     SIGNATURE_HEADER,
     DeliveryResult,

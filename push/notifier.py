@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from bots.store import Store
-from push.model import PushMessage, Recipient
-from push.policy import (
+from botweave.push.model import PushMessage, Recipient
+from botweave.push.policy import (
     PRIVATE_TEXT,
     DetailLevel,
     NotificationCategory,
@@ -34,8 +33,9 @@ from push.policy import (
     evaluate,
     redact,
 )
-from push.preferences import PreferenceStore
-from push.transports import DeliveryResult, Transport
+from botweave.push.preferences import PreferenceStore
+from botweave.push.transports import DeliveryResult, Transport
+from botweave.store import Store
 
 __all__ = [
     "Clock",

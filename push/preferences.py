@@ -31,15 +31,14 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import time
 from typing import Any
 
-from bots.config import PLATFORMS, ConfigError
-from bots.store import Store
-from push.model import DM_TRANSPORT, Recipient
-from push.policy import (
+from botweave.config import ConfigError
+from botweave.push.model import DM_TRANSPORT, Recipient
+from botweave.push.policy import (
     DEFAULT_PREFERENCE,
     DetailLevel,
     NotificationCategory,
@@ -48,7 +47,8 @@ from push.policy import (
     load_zone,
     redact,
 )
-from push.transports import DirectMessageTransport, SendDirect, Transport, WebhookTransport, safe_url
+from botweave.push.transports import DirectMessageTransport, SendDirect, Transport, WebhookTransport, safe_url
+from botweave.store import Store
 
 __all__ = [
     "NotifyCommandResult",
@@ -236,8 +236,11 @@ class PushConfig:
         return transports
 
 
-def parse_push_config(raw: Mapping[str, Any] | None, path: str = "push") -> PushConfig:
-    """Validate the `push:` block; all problems are reported at once in one `ConfigError`."""
+def parse_push_config(
+    raw: Mapping[str, Any] | None, *, platforms: Collection[str] | None = None, path: str = "push"
+) -> PushConfig:
+    """Validate the `push:` block; all problems are reported at once in one `ConfigError`.
+    Recipients must be on one of `platforms` when the caller knows which are installed."""
     if not raw:
         return PushConfig()
     problems: list[str] = []
@@ -274,8 +277,8 @@ def parse_push_config(raw: Mapping[str, Any] | None, path: str = "push") -> Push
     for key, block in raw_recipients.items():
         where = f"{path}.recipients.{key}"
         platform, sep, user_id = str(key).partition(":")
-        if not sep or not user_id or platform not in PLATFORMS:
-            problems.append(f"{where}: write recipients as <platform>:<user_id> with platform one of {', '.join(PLATFORMS)}")
+        if not sep or not user_id or (platforms is not None and platform not in platforms):
+            problems.append(f"{where}: write recipients as <platform>:<user_id> with platform one of {', '.join(platforms or ())}")
             continue
         block = block or {}
         preferences[str(key)] = _parse_preference(block, where, defaults, ("name", "aliases", "webhook"), problems)

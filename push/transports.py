@@ -19,9 +19,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
-
-from bots.types import MessageActionResult
-from push.model import PushMessage, Recipient
+from botweave.push.model import PushMessage, Recipient
+from botweave.types import MessageActionResult
 
 __all__ = [
     "DeliveryResult",

@@ -5,10 +5,10 @@ transcript in the store so restarts resume the same schedule, and the scheduler 
 activities from cron schedules on APScheduler.
 """
 
-from rooms.config import RoomConfig, cron_trigger
-from rooms.planner import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
-from rooms.runtime import Room, RoomMember, render_transcript
-from rooms.schedule import RoomScheduler, ScheduleInfo
+from botweave.rooms.config import RoomConfig, cron_trigger
+from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
+from botweave.rooms.runtime import Room, RoomMember, render_transcript
+from botweave.rooms.schedule import RoomScheduler, ScheduleInfo
 
 __all__ = [
     "Room",

@@ -12,13 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
-from bots.agents import Agent
-from bots.store import Store
-from bots.types import AgentIdentity, BotMessage, MessageActionResult
-from rooms.config import RoomConfig
-from rooms.planner import RoomEvent
-from rooms.runtime import Room
-from rooms.schedule import RoomScheduler
+from botweave.agents import Agent
+from botweave.rooms.config import RoomConfig
+from botweave.rooms.planner import RoomEvent
+from botweave.rooms.runtime import Room
+from botweave.rooms.schedule import RoomScheduler
+from botweave.store import Store
+from botweave.types import AgentIdentity, BotMessage, MessageActionResult
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from bots.conversations import ConversationLocks
-from bots.store import Store
-from rooms.config import RoomConfig
-from rooms.planner import RoomEvent, RoundRobinRoomPlanner
+from botweave.conversations import ConversationLocks
+from botweave.rooms.config import RoomConfig
+from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
+from botweave.store import Store
 
 __all__ = ["PASS_TOKEN", "Post", "Room", "RoomMember", "render_transcript"]
 

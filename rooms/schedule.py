@@ -25,9 +25,8 @@ from typing import Any, NamedTuple
 from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
-
-from bots.store import Store
-from rooms.config import RoomConfig, cron_trigger
+from botweave.rooms.config import RoomConfig, cron_trigger
+from botweave.store import Store
 
 __all__ = ["Fire", "OnMissed", "RoomScheduler", "ScheduleInfo"]
 

@@ -51,7 +51,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
     """Start an App from a config (mapping or bot.yaml path); every one is stopped afterwards,
     whatever the test did."""
-    from bots import App
+    from botweave import App
 
     apps: list[App] = []
 
@@ -69,8 +69,8 @@ async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
 @pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Any]:
     """The store contract holds for both backends: tests using this run against each."""
-    from bots.redis_store import RedisStore
-    from bots.store import MemoryStore
+    from botweave.redis_store import RedisStore
+    from botweave.store import MemoryStore
 
     if request.param == "memory":
         yield MemoryStore()

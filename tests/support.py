@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from adapters.base import Adapter
-from bots.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+from botweave.adapter import Adapter
+from botweave.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
 
 _ids = itertools.count(1)
 

@@ -4,9 +4,9 @@ import asyncio
 import time
 
 import pytest
+from botweave import App, PlatformEvent, QuotedRef
+from botweave.runtime.turns import APOLOGY
 
-from bots import App, PlatformEvent, QuotedRef
-from bots.turns import APOLOGY
 from tests.support import RecordingAdapter, config, message
 
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def botweave(*args: str, stdin: str = "", cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "bots.cli", *args],
+        [sys.executable, "-m", "botweave", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_version_and_help_are_fast_and_do_not_import_litellm():
     result = botweave("--version")
     assert result.returncode == 0 and result.stdout.startswith("botweave ")
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys, bots, bots.cli; print('litellm' in sys.modules, 'telegram' in sys.modules)"],
+        [sys.executable, "-c", "import sys, botweave, botweave.runtime.cli; print('litellm' in sys.modules, 'telegram' in sys.modules)"],
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert probe.stdout.strip() == "False False"
@@ -83,7 +83,7 @@ def test_sigint_while_waiting_for_input_exits_cleanly():
     import time
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bots.cli", "chat"],
+        [sys.executable, "-m", "botweave", "chat"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -2,9 +2,8 @@ import logging
 import textwrap
 
 import pytest
-
-from bots import ConfigError, load_config
-from bots.dump import dump_config
+from botweave import ConfigError, load_config
+from botweave.runtime.dump import dump_config
 
 AGENTS = {"agents": {"a": {"model": "offline/echo"}}}
 
@@ -28,7 +27,7 @@ def problems(data, env=None) -> list[str]:
         ),
         ({**AGENTS, "colour": "blue"}, "colour: unknown key; allowed keys: bot, agents, platforms, routes"),
         ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key; allowed keys:"),
-        ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, telegram, discord, slack"),
+        ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, telegram"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": "soon"}}, "bot.stream_edit_interval_ms: must be a whole number (got 'soon')"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be greater than or equal to 0 (got -5)"),
         ({**AGENTS, "bot": {"streaming": "sometimes"}}, "bot.streaming: must be true or false (got 'sometimes')"),

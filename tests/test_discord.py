@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 import pytest
+from botweave import App
+from botweave.hooks import HookEvent
+from botweave.types import BotMessage, PlatformEvent
 
-from bots import App
-from bots.hooks import HookEvent
-from bots.types import BotMessage, PlatformEvent
 from tests.emulators.discord import (
     BOT_ID,
     BOT_ROLE_ID,
@@ -37,7 +37,7 @@ from tests.emulators.discord import (
 from tests.support import StartApp
 
 if TYPE_CHECKING:
-    from adapters.discord import DiscordAdapter
+    from botweave.adapters.discord.adapter import DiscordAdapter
 
 MENTION = f"<@{BOT_ID}>"
 WAIT = 5.0
@@ -389,10 +389,9 @@ class _SlowEcho:
 
     @classmethod
     def register(cls) -> None:
+        from botweave.agents import litellm_module
+        from botweave.offline_model import OfflineEcho, echo_reply
         from litellm.types.utils import GenericStreamingChunk
-
-        from bots.agents import litellm_module
-        from bots.offline_model import OfflineEcho, echo_reply
 
         class SlowEcho(OfflineEcho):
             async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any):  # type: ignore[override]
@@ -529,8 +528,8 @@ async def test_deleting_our_own_message_is_not_reported(bot: Harness) -> None:
 
 
 async def test_send_only_start_makes_no_gateway_connection(emulator: DiscordEmulator) -> None:
-    from adapters.discord import DiscordAdapter
-    from bots.config import DiscordConfig
+    from botweave.adapters.discord.adapter import DiscordAdapter
+    from botweave.adapters.discord.config import DiscordConfig
 
     adapter = DiscordAdapter(DiscordConfig(token=TOKEN, api_base_url=emulator.api_base))
     await adapter.start(inbound=False)

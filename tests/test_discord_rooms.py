@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from botweave import App
+from botweave.types import BotMessage, PlatformEvent
 
-from bots import App
-from bots.types import BotMessage, PlatformEvent
 from tests.emulators.discord import BOT_ID, CHANNEL_ID, THREAD_ID, DiscordEmulator
 from tests.support import StartApp
 from tests.test_discord import Harness, emulator, eventually, make_config, started  # noqa: F401  (fixture)

@@ -8,11 +8,11 @@ import time
 import uuid
 
 import pytest
+from botweave import App, PlatformCapabilities
+from botweave.redis_store import RedisStore
+from botweave.runtime.durable import InboundStream
+from botweave.runtime.locks import Lease
 
-from bots import App, PlatformCapabilities
-from bots.durable import InboundStream
-from bots.locks import Lease
-from bots.redis_store import RedisStore
 from tests.support import RecordingAdapter, message
 
 

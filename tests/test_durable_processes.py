@@ -25,7 +25,7 @@ from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.telegram import TelegramEmulator, telegram_emulator, wait_until  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCH = [sys.executable, "-m", "bots.cli"]
+LAUNCH = [sys.executable, "-m", "botweave"]
 
 
 class Recording(OpenAIEmulator):

@@ -1,8 +1,7 @@
 import asyncio
 
 import pytest
-
-from bots.hooks import HookEvent, HookRegistry
+from botweave.hooks import HookEvent, HookRegistry
 
 
 async def test_lower_priority_runs_first_and_ties_keep_registration_order():

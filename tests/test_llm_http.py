@@ -1,8 +1,8 @@
 """litellm's real HTTP path (plain and streamed) against a loopback OpenAI-compatible server."""
 
 import pytest
+from botweave import App
 
-from bots import App
 from tests.emulators.openai import OpenAIEmulator
 from tests.support import RecordingAdapter, message
 

@@ -3,11 +3,10 @@
 import asyncio
 
 import pytest
-
-from bots.store import MemoryStore
-from policies import BotLoopGuard, BotLoopPolicy
-from policies.admission import Admission, AdmissionLimits, decide_admission
-from policies.pairing import ALPHABET, CODE_LENGTH, Pairing, new_code
+from botweave.policies import BotLoopGuard, BotLoopPolicy
+from botweave.policies.admission import Admission, AdmissionLimits, decide_admission
+from botweave.policies.pairing import ALPHABET, CODE_LENGTH, Pairing, new_code
+from botweave.store import MemoryStore
 
 # --- bot-loop guard (SPEC §5) -----------------------------------------------------------------
 

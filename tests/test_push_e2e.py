@@ -21,10 +21,10 @@ from zoneinfo import ZoneInfo
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from botweave import App
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.push import NotificationCategory
 
-from adapters.telegram import TelegramAdapter
-from bots import App
-from push import NotificationCategory
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,

@@ -8,10 +8,7 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-
-from bots.store import MemoryStore
-from bots.types import MessageActionResult
-from push import (
+from botweave.push import (
     PRIVATE_TEXT,
     DeliveryResult,
     DetailLevel,
@@ -25,6 +22,8 @@ from push import (
     mentioned_people,
     parse_push_config,
 )
+from botweave.store import MemoryStore
+from botweave.types import MessageActionResult
 
 C = NotificationCategory
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta, timezone
 
 import pytest
-
-from push import (
+from botweave.push import (
     DEFAULT_PREFERENCE,
     PRIVATE_TEXT,
     DetailLevel,

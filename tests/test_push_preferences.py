@@ -6,10 +6,8 @@ from datetime import time
 
 import pytest
 import yaml
-
-from bots.config import ConfigError
-from bots.store import MemoryStore
-from push import (
+from botweave.config import ConfigError
+from botweave.push import (
     DEFAULT_PREFERENCE,
     DetailLevel,
     NotificationCategory,
@@ -20,6 +18,7 @@ from push import (
     handle_notify_command,
     parse_push_config,
 )
+from botweave.store import MemoryStore
 
 C = NotificationCategory
 
@@ -97,7 +96,7 @@ def test_empty_or_missing_block_gives_the_spec_defaults() -> None:
 )
 def test_config_errors_name_the_path(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_push_config(raw)
+        parse_push_config(raw, platforms=("console", "telegram", "discord", "slack"))
     assert isinstance(info.value, ValueError)
     assert any(message in line for line in info.value.problems), info.value.problems
 

@@ -11,9 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 from aiohttp import web
-
-from bots.types import MessageActionResult
-from push import (
+from botweave.push import (
     DELIVERY_ID_HEADER,
     SIGNATURE_HEADER,
     DeliveryResult,
@@ -24,6 +22,7 @@ from push import (
     sign_body,
     verify_signature,
 )
+from botweave.types import MessageActionResult
 
 SECRET = "hunter2-webhook-secret"
 ALICE = Recipient("telegram", "42", name="alice")

@@ -1,6 +1,5 @@
 import pytest
-
-from bots.replies import chunk_text, format_footer, is_silent, measure, with_footer
+from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 
 
 @pytest.mark.parametrize(

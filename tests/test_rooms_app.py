@@ -1,8 +1,8 @@
 """Rooms and push through the runtime, with the offline model and a recording adapter."""
 
 import pytest
+from botweave import App, PlatformCapabilities
 
-from bots import App, PlatformCapabilities
 from tests.support import RecordingAdapter
 from tests.support import message as make_message
 

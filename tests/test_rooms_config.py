@@ -4,8 +4,7 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-
-from rooms import RoomConfig, cron_trigger
+from botweave.rooms import RoomConfig, cron_trigger
 
 STANDUP = {
     "roster": ["planner", "researcher", "critic"],

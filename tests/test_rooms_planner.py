@@ -1,8 +1,7 @@
 """The room planner (SPEC §10): mentions, rounds, caps, restarts, table-driven."""
 
 import pytest
-
-from rooms import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
+from botweave.rooms import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
 
 ROSTER = ["planner", "researcher", "critic"]
 

@@ -4,11 +4,10 @@ import asyncio
 import json
 
 import pytest
-
-from bots.agents import Agent
-from bots.config import AgentConfig
-from bots.store import MemoryStore
-from rooms import Room, RoomConfig, RoomEvent, RoundRobinRoomPlanner
+from botweave.agents import Agent
+from botweave.config import AgentConfig
+from botweave.rooms import Room, RoomConfig, RoomEvent, RoundRobinRoomPlanner
+from botweave.store import MemoryStore
 
 ROSTER = ("planner", "researcher", "critic")
 

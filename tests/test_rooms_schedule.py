@@ -8,9 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
-
-from bots.store import MemoryStore
-from rooms import Room, RoomConfig, RoomScheduler
+from botweave.rooms import Room, RoomConfig, RoomScheduler
+from botweave.store import MemoryStore
 
 UTC = timezone.utc
 

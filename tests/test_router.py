@@ -1,5 +1,6 @@
-from bots.config import RouteConfig
-from bots.router import Router, Target, conversation_key
+from botweave.config import RouteConfig
+from botweave.router import Router, Target, conversation_key
+
 from tests.support import message
 
 

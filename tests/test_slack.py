@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from botweave import App
 
-from bots import App
 from tests.emulators.slack import (
     BOT_USER_ID,
     EventDelivery,
@@ -221,7 +221,7 @@ async def test_reply_in_thread_option_threads_every_chunk(emulator: SlackEmulato
 @pytest.fixture
 def slow_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """The offline model streams word by word 80 ms apart, like a real model would."""
-    from bots.offline_model import OfflineEcho
+    from botweave.offline_model import OfflineEcho
 
     original = OfflineEcho.astreaming
 

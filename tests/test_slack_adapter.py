@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from botweave.adapters.slack.adapter import SlackAdapter
+from botweave.adapters.slack.config import SlackConfig
+from botweave.adapters.slack.format import emoji_to_reaction, markdown_to_mrkdwn, reaction_to_emoji
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 
-from adapters.slack import SlackAdapter
-from adapters.slack.format import emoji_to_reaction, markdown_to_mrkdwn, reaction_to_emoji
-from bots.config import SlackConfig
-from bots.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 from tests.emulators.slack import (
     BOT_ID,
     BOT_TOKEN,

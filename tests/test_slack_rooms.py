@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from botweave import App
+from botweave.adapters.slack.adapter import SlackAdapter
+from botweave.adapters.slack.config import SlackConfig
+from botweave.types import AgentIdentity
 
-from adapters.slack import SlackAdapter
-from bots import App
-from bots.config import SlackConfig
-from bots.types import AgentIdentity
 from tests.emulators.slack import (
     BOT_ID,
     BOT_USER_ID,
@@ -206,7 +206,7 @@ async def test_without_chat_write_customize_the_names_are_shown_in_bold(
     emulator.deny_customize = True
     emulator.echo_posts = True
     room = await start()
-    with caplog.at_level(logging.WARNING, logger="adapters.slack.adapter"):
+    with caplog.at_level(logging.WARNING, logger="botweave.adapters.slack.adapter"):
         await room.say("what is the plan today?")
         await room.say("and tomorrow?")
     # what the channel shows: posts by the app itself, each with an agent's name in bold first

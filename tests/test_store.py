@@ -2,9 +2,8 @@
 
 
 import pytest
-
-from bots.redis_store import RedisStore, StoreUnavailable
-from bots.store import MemoryStore
+from botweave.redis_store import RedisStore, StoreUnavailable
+from botweave.store import MemoryStore
 
 
 class Clock:

@@ -1,7 +1,6 @@
 import pytest
-
-from bots.streaming import StreamingReply
-from bots.types import MessageActionResult
+from botweave.streaming import StreamingReply
+from botweave.types import MessageActionResult
 
 
 class FakeClock:

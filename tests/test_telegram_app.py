@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from botweave import App
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.adapters.telegram.inbound import Me, message_of
+from botweave.config import BotConfig
+from botweave.delivery import ReplyChannel
+from botweave.hooks import HookRegistry
 from telegram import Message
 
-from adapters.telegram import TelegramAdapter
-from adapters.telegram.inbound import Me, message_of
-from bots import App
-from bots.config import BotConfig
-from bots.delivery import ReplyChannel
-from bots.hooks import HookRegistry
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 
-from adapters.telegram import TelegramAdapter
-from bots.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 from tests.emulators.telegram import (
     BOT_ID,
     TelegramEmulator,

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import pytest_asyncio
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.adapters.telegram.outbound import Outbound
 from telegram.error import NetworkError, TelegramError, TimedOut
 
-from adapters.telegram import TelegramAdapter
-from adapters.telegram.outbound import Outbound
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from botweave import App
+from botweave.runtime.app import TurnOutcome
 
-from bots import App
-from bots.app import TurnOutcome
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
@@ -64,7 +64,7 @@ def record_outcomes(app: App) -> list[TurnOutcome]:
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     return subprocess.run(
-        [sys.executable, "-m", "bots.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
+        [sys.executable, "-m", "botweave", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
     )
 
 
@@ -149,8 +149,8 @@ class _SlowEcho:
 
     @classmethod
     def register(cls) -> None:
-        from bots.agents import litellm_module
-        from bots.offline_model import OfflineEcho
+        from botweave.agents import litellm_module
+        from botweave.offline_model import OfflineEcho
 
         delay = cls.delay
 

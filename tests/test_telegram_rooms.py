@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest_asyncio
+from botweave import App
 
-from bots import App
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
@@ -135,8 +135,8 @@ class _Verbose:
 
     @classmethod
     def register(cls) -> None:
-        from bots.agents import litellm_module
-        from bots.offline_model import OfflineEcho
+        from botweave.agents import litellm_module
+        from botweave.offline_model import OfflineEcho
 
         text = cls.text
 

@@ -15,10 +15,10 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+from botweave.adapters.telegram import adapter as adapter_module
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.types import BotMessage, PlatformEvent
 
-from adapters.telegram import TelegramAdapter
-from adapters.telegram import adapter as adapter_module
-from bots.types import BotMessage, PlatformEvent
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,

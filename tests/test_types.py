@@ -1,8 +1,8 @@
 from datetime import datetime, timezone
 
 import pytest
+from botweave import BotChannel, BotMessage, BotUser, MessageType, PlatformEvent, QuotedRef
 
-from bots import BotChannel, BotMessage, BotUser, MessageType, PlatformEvent, QuotedRef
 from tests.support import message
 
 

@@ -1,14 +1,14 @@
-"""Discord adapter on discord.py: `adapters.discord:DiscordAdapter`.
+"""Discord: see adapter.py for the data flow; the SDK loads only when the platform starts."""
 
-- `adapter.py`: `DiscordAdapter` itself: capabilities, configuration, login and the gateway's lifecycle.
-- `inbound.py`: gateway messages and raw events turned into `BotMessage`s and `PlatformEvent`s.
-- `outbound.py`: send, edit, delete, react, typing, and discord.py errors mapped onto results.
-- `webhooks.py`: rooms posting under each agent's name through a channel webhook; whose webhooks are ours.
-- `client.py`: the `discord.Client` whose gateway events feed the adapter; intents; malformed dispatches skipped.
-- `http.py`: this client's REST and gateway URLs pointed at another server, nothing process-wide.
-- `cache.py`: the small bounded mapping the adapter's caches use.
-"""
+from botweave.adapter import Adapter, PlatformSpec
+from botweave.adapters.discord.config import DiscordConfig
 
-from adapters.discord.adapter import DiscordAdapter, DiscordLoginError
 
-__all__ = ["DiscordAdapter", "DiscordLoginError"]
+def _create(config: DiscordConfig) -> Adapter:
+    # Deferred so `botweave --help`, `check` and the console never pay for the SDK's import.
+    from botweave.adapters.discord.adapter import DiscordAdapter
+
+    return DiscordAdapter(config)
+
+
+platform = PlatformSpec("discord", DiscordConfig, _create)

@@ -20,15 +20,14 @@ from typing import Any
 
 import discord
 import yarl
+from botweave.adapters.cache import BoundedCache
+from botweave.adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
+from botweave.adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
+from botweave.adapters.discord.inbound import _ALL_KINDS, _MEMBER_KINDS, DiscordInbound
+from botweave.adapters.discord.outbound import EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
+from botweave.adapters.discord.webhooks import DiscordWebhooks
+from botweave.types import BotUser, PlatformCapabilities, QuotedRef
 from discord.webhook.async_ import AsyncWebhookAdapter
-
-from adapters.cache import BoundedCache
-from adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
-from adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
-from adapters.discord.inbound import _ALL_KINDS, _MEMBER_KINDS, DiscordInbound
-from adapters.discord.outbound import EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
-from adapters.discord.webhooks import DiscordWebhooks
-from bots.types import BotUser, PlatformCapabilities, QuotedRef
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 import yarl
-
-from adapters.discord.http import _RebasedHTTPClient
+from botweave.adapters.discord.http import _RebasedHTTPClient
 
 if TYPE_CHECKING:
-    from adapters.discord.adapter import DiscordAdapter
+    from botweave.adapters.discord.adapter import DiscordAdapter
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import discord
-
-from adapters.base import Adapter
-from adapters.cache import BoundedCache
-from bots.types import (
+from botweave.adapter import Adapter
+from botweave.adapters.cache import BoundedCache
+from botweave.types import (
     EVENT_KINDS,
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,

@@ -11,11 +11,10 @@ import logging
 from typing import Any
 
 import discord
-
-from adapters.base import Adapter
-from adapters.cache import BoundedCache
-from adapters.discord.client import ALLOWED_MENTIONS
-from bots.types import MessageActionResult
+from botweave.adapter import Adapter
+from botweave.adapters.cache import BoundedCache
+from botweave.adapters.discord.client import ALLOWED_MENTIONS
+from botweave.types import MessageActionResult
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,13 @@ import logging
 from typing import Any
 
 import discord
+from botweave.adapter import Adapter
+from botweave.adapters.cache import BoundedCache
+from botweave.adapters.discord.client import ALLOWED_MENTIONS
+from botweave.adapters.discord.outbound import MAX_MESSAGE_LENGTH, _failure
+from botweave.replies import chunk_text
+from botweave.types import AgentIdentity, MessageActionResult
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
-
-from adapters.base import Adapter
-from adapters.cache import BoundedCache
-from adapters.discord.client import ALLOWED_MENTIONS
-from adapters.discord.outbound import MAX_MESSAGE_LENGTH, _failure
-from bots.replies import chunk_text
-from bots.types import AgentIdentity, MessageActionResult
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,14 @@
-"""Slack: slack-bolt's AsyncApp over Socket Mode (default) or the HTTP Events API."""
+"""Slack: see adapter.py for the data flow; the SDK loads only when the platform starts."""
 
-from .adapter import SlackAdapter
+from botweave.adapter import Adapter, PlatformSpec
+from botweave.adapters.slack.config import SlackConfig
 
-__all__ = ["SlackAdapter"]
+
+def _create(config: SlackConfig) -> Adapter:
+    # Deferred so `botweave --help`, `check` and the console never pay for the SDK's import.
+    from botweave.adapters.slack.adapter import SlackAdapter
+
+    return SlackAdapter(config)
+
+
+platform = PlatformSpec("slack", SlackConfig, _create)

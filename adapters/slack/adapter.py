@@ -29,6 +29,17 @@ from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import ClientConnectorError, web
+from botweave.adapter import Adapter
+from botweave.adapters.cache import BoundedCache
+from botweave.adapters.slack.config import SlackConfig
+from botweave.types import (
+    AgentIdentity,
+    BotMessage,
+    BotUser,
+    MessageActionResult,
+    PlatformCapabilities,
+    PlatformEvent,
+)
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
@@ -39,18 +50,6 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
-
-from adapters.base import Adapter
-from adapters.cache import BoundedCache
-from bots.config import SlackConfig
-from bots.types import (
-    AgentIdentity,
-    BotMessage,
-    BotUser,
-    MessageActionResult,
-    PlatformCapabilities,
-    PlatformEvent,
-)
 
 from .directory import SlackDirectory
 from .format import emoji_to_reaction, markdown_to_mrkdwn
@@ -195,7 +194,7 @@ class SlackAdapter(Adapter):
             # The listener records the event (hands it to the runtime: with Redis, appends it to
             # the inbound stream) and then acknowledges, within ACK_DEADLINE_S.
             process_before_response=True,
-            logger=logging.getLogger("adapters.slack.bolt"),
+            logger=logging.getLogger("botweave.adapters.slack.bolt"),
         )
         app.event(re.compile(".*"))(self._on_event)
         app.command(re.compile(".*"))(self._on_command)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from botweave.adapters.cache import BoundedCache
+from botweave.types import ChannelType
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
-
-from adapters.cache import BoundedCache
-from bots.types import ChannelType
 
 log = logging.getLogger(__name__)
 

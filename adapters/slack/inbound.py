@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from adapters.cache import BoundedCache
-from bots.types import (
+from botweave.adapters.cache import BoundedCache
+from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
     META_SCOPE,

@@ -1,5 +1,14 @@
-"""Telegram adapter (python-telegram-bot): `adapters.telegram:TelegramAdapter`."""
+"""Telegram: see adapter.py for the data flow; the SDK loads only when the platform starts."""
 
-from adapters.telegram.adapter import TelegramAdapter
+from botweave.adapter import Adapter, PlatformSpec
+from botweave.adapters.telegram.config import TelegramConfig
 
-__all__ = ["TelegramAdapter"]
+
+def _create(config: TelegramConfig) -> Adapter:
+    # Deferred so `botweave --help`, `check` and the console never pay for the SDK's import.
+    from botweave.adapters.telegram.adapter import TelegramAdapter
+
+    return TelegramAdapter(config)
+
+
+platform = PlatformSpec("telegram", TelegramConfig, _create)

@@ -20,19 +20,18 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from botweave.adapter import Adapter
+from botweave.adapters.telegram.client import PerChatUpdateProcessor, TolerantBot
+from botweave.adapters.telegram.config import TelegramConfig
+from botweave.adapters.telegram.inbound import Me, normalise
+from botweave.adapters.telegram.outbound import Formatted, Outbound, failure, not_modified
+from botweave.adapters.telegram.webhook import WebhookServer
+from botweave.types import BotUser, MessageActionResult, PlatformCapabilities
 from telegram import Message, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters, Update
 from telegram.constants import ReactionEmoji
 from telegram.error import ChatMigrated, Conflict, InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
-
-from adapters.base import Adapter
-from adapters.telegram.client import PerChatUpdateProcessor, TolerantBot
-from adapters.telegram.inbound import Me, normalise
-from adapters.telegram.outbound import Formatted, Outbound, failure, not_modified
-from adapters.telegram.webhook import WebhookServer
-from bots.config import TelegramConfig
-from bots.types import BotUser, MessageActionResult, PlatformCapabilities
 
 log = logging.getLogger(__name__)
 

@@ -12,19 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from telegram import (
-    Chat,
-    ChatMember,
-    ChatMemberUpdated,
-    Message,
-    MessageEntity,
-    MessageReactionUpdated,
-    ReactionType,
-    Update,
-    User,
-)
-
-from bots.types import (
+from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
     META_SCOPE,
@@ -35,6 +23,17 @@ from bots.types import (
     MessageType,
     PlatformEvent,
     QuotedRef,
+)
+from telegram import (
+    Chat,
+    ChatMember,
+    ChatMemberUpdated,
+    Message,
+    MessageEntity,
+    MessageReactionUpdated,
+    ReactionType,
+    Update,
+    User,
 )
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import httpx
 import telegramify_markdown
+from botweave.types import ActionStatus, MessageActionResult
 from telegram import Bot, MessageEntity
 from telegram.error import (
     BadRequest,
@@ -35,8 +36,6 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
-
-from bots.types import ActionStatus, MessageActionResult
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bots.locks import Lease
-from bots.redis_store import RedisStore
-from bots.router import conversation_key
-from bots.types import BotMessage, PlatformEvent
+from botweave.redis_store import RedisStore
+from botweave.router import conversation_key
+from botweave.runtime.locks import Lease
+from botweave.types import BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
 

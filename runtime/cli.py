@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Any
 
-from bots import __version__
+from botweave import __version__
 
 log = logging.getLogger("botweave")
 
@@ -66,8 +66,7 @@ def _setup_logging(verbosity: int) -> None:
 
 
 def _load(path: str | None) -> Any:
-    from bots.app import BUILTIN_CONFIG, find_config
-    from bots.config import load_config
+    from botweave.runtime.config import BUILTIN_CONFIG, find_config, load_config
 
     found = find_config(path)
     if found is None:
@@ -77,7 +76,7 @@ def _load(path: str | None) -> Any:
 
 
 async def _serve(config: Any, platforms: list[str] | None, role: str = "all") -> int:
-    from bots.app import App
+    from botweave.runtime.app import App
 
     if role != "all" and config.store.url.startswith("memory://"):
         log.error("--role %s needs a shared store (store: {url: redis://...})", role)
@@ -106,9 +105,9 @@ async def _serve(config: Any, platforms: list[str] | None, role: str = "all") ->
 
 
 def _check(path: str) -> int:
-    from bots.dump import dump_config
-    from bots.redis_store import StoreUnavailable
-    from bots.store import open_store, redact_url
+    from botweave.redis_store import StoreUnavailable
+    from botweave.runtime.dump import dump_config
+    from botweave.store import open_store, redact_url
 
     config = _load(path)
     print(dump_config(config))
@@ -134,8 +133,8 @@ def _check(path: str) -> int:
 
 
 async def _pair(args: argparse.Namespace) -> int:
-    from bots.store import open_store
-    from policies.pairing import Pairing
+    from botweave.policies.pairing import Pairing
+    from botweave.store import open_store
 
     config = _load(args.config)
     if config.store.url.startswith("memory://"):
@@ -179,7 +178,7 @@ async def _pair(args: argparse.Namespace) -> int:
 
 
 async def _room(args: argparse.Namespace) -> int:
-    from bots.app import App
+    from botweave.runtime.app import App
 
     app = App(_load(args.config))
     if app.rooms is None:
@@ -206,8 +205,8 @@ async def _room(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
-    from bots.config import ConfigError
-    from bots.redis_store import StoreUnavailable
+    from botweave.config import ConfigError
+    from botweave.redis_store import StoreUnavailable
 
     try:
         if args.command == "check":
@@ -219,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         config = _load(args.config)
         if args.command == "chat":
             if config.platforms.console is None:
-                from bots.config import ConsoleConfig
+                from botweave.adapters.console.config import ConsoleConfig
 
                 config.platforms.console = ConsoleConfig()
             return asyncio.run(_serve(config, ["console"]))

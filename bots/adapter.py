@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from bots.types import AgentIdentity, BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+from botweave.config import PlatformConfig
+from botweave.types import AgentIdentity, BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
 
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 
@@ -102,3 +104,14 @@ class Adapter(ABC):
     def home_chat(self) -> str | None:
         """The chat that the `<platform>` target (SPEC §9) resolves to, if configured."""
         return getattr(self.config, "home_chat", None) or None
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformSpec:
+    """What a platform package hands the runtime: its name, the model of its bot.yaml section
+    and how to build its adapter. Packages announce themselves under the `botweave.platforms`
+    entry point, so the kernel never lists platforms and a third-party one plugs in the same way."""
+
+    name: str
+    config: type[PlatformConfig]
+    create: Callable[[Any], Adapter]

@@ -13,9 +13,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bots.agents import Agent, AgentError, History
-from bots.delivery import Delivery, ReplyChannel
-from bots.types import BotMessage
+from botweave.agents import Agent, AgentError, History
+from botweave.delivery import Delivery, ReplyChannel
+from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
 

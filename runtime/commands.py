@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bots.agents import Agent, History
-from bots.types import BotMessage
+from botweave.agents import Agent, History
+from botweave.types import BotMessage
 
 HELP = {
     "new": "start a new conversation (forget the earlier messages)",

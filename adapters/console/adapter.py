@@ -15,9 +15,9 @@ import sys
 import threading
 from typing import ClassVar, TextIO
 
-from adapters.base import Adapter
-from bots.config import ConsoleConfig
-from bots.types import AgentIdentity, BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+from botweave.adapter import Adapter
+from botweave.adapters.console.config import ConsoleConfig
+from botweave.types import AgentIdentity, BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
 
 CHAT_ID = "console"
 

@@ -10,53 +10,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from bots.agents import Agent, History, litellm_module
-from bots.config import Config, load_config
-from bots.conversations import ConversationLocks
-from bots.delivery import Outbox
-from bots.durable import InboundStream, PlatformLeader, dedup_key
-from bots.hooks import HookEvent, HookRegistry
-from bots.pipeline import Pipeline, Platform, Services
-from bots.redis_store import RedisStore
-from bots.router import Router, conversation_key
-from bots.store import Store, open_store
-from bots.targets import Resolved, Targets
-from bots.turns import TurnOutcome
-from bots.types import BotMessage, MessageActionResult, PlatformEvent
-from policies import BotLoopGuard, BotLoopPolicy
-from policies.access_control import AccessControl, pairing_hint
-from policies.admission import Admission, AdmissionLimits
-from push import NotificationCategory, NotificationOutcome, Notifier, Recipient
-from push.notifier import mention_triggers
-from rooms.hub import RoomHub
+from botweave.agents import Agent, History, litellm_module
+from botweave.conversations import ConversationLocks
+from botweave.delivery import Outbox
+from botweave.hooks import HookEvent, HookRegistry
+from botweave.policies import BotLoopGuard, BotLoopPolicy
+from botweave.policies.access_control import AccessControl, pairing_hint
+from botweave.policies.admission import Admission, AdmissionLimits
+from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
+from botweave.push.notifier import mention_triggers
+from botweave.redis_store import RedisStore
+from botweave.rooms.hub import RoomHub
+from botweave.router import Router, conversation_key
+from botweave.runtime.config import Config, load_config
+from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
+from botweave.runtime.pipeline import Pipeline, Platform, Services
+from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.targets import Resolved, Targets
+from botweave.runtime.turns import TurnOutcome
+from botweave.store import Store, open_store
+from botweave.types import BotMessage, MessageActionResult, PlatformEvent
 
 if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
-    from adapters.base import Adapter
+    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 
-ADAPTER_CLASSES = {
-    "console": "adapters.console:ConsoleAdapter",
-    "telegram": "adapters.telegram:TelegramAdapter",
-    "discord": "adapters.discord:DiscordAdapter",
-    "slack": "adapters.slack:SlackAdapter",
-}
 Role = Literal["all", "worker", "ingress"]
 DIGEST_FLUSH_SECONDS = 30.0
 __all__ = ["App", "TurnOutcome"]
-
-
-def load_adapter_class(platform: str) -> type[Adapter]:
-    module_name, _, class_name = ADAPTER_CLASSES[platform].partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
 
 
 class App:
@@ -78,12 +66,12 @@ class App:
         self._started_at = time.monotonic()
         self.targets = Targets(self.adapters)
         self.access = AccessControl(self.store)
-        self.push = config.push_config()
+        self.push = config.push_config
         self.preferences = self.push.preference_store(self.store)
         self.notifier = Notifier(
             self.preferences, self.push.transports(self.targets.send_direct), self.store, directory=self.push.recipients
         )
-        rooms = config.room_configs()
+        rooms = config.room_configs
         self.rooms = (
             RoomHub(
                 rooms, self.agents, self.store, self.targets.send_as, self.targets.conversation,
@@ -137,7 +125,7 @@ class App:
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
-                self.add_adapter(load_adapter_class(name)(section))
+                self.add_adapter(installed_platforms()[name].create(section))
         durable = isinstance(self.store, RedisStore)
         inbound = receive and not durable
         if durable:
@@ -171,7 +159,7 @@ class App:
 
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
-        adapter = load_adapter_class(name)(section)
+        adapter = installed_platforms()[name].create(section)
         adapter.bind(self.submit)
         return adapter
 
@@ -296,19 +284,3 @@ class App:
     async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> list[MessageActionResult]:
         """Post text to a target, chunked; an unresolvable target is a `no_route` result."""
         return await self.targets.send(target, text, origin=origin)
-
-
-def find_config(explicit: str | None) -> Path | None:
-    """`botweave run` looks for ./bot.yaml, then ./bot.yaml.example; None means built-in."""
-    if explicit:
-        return Path(explicit)
-    for candidate in ("bot.yaml", "bot.yaml.example"):
-        if Path(candidate).is_file():
-            return Path(candidate)
-    return None
-
-
-BUILTIN_CONFIG: dict[str, Any] = {
-    "agents": {"assistant": {"model": "offline/echo", "instructions": "You are a helpful assistant."}},
-    "platforms": {"console": {}},
-}

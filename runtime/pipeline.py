@@ -13,25 +13,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bots.agents import Agent, History
-from bots.commands import BUILTIN_COMMANDS, CommandContext, run_command
-from bots.config import BotConfig, Config
-from bots.delivery import Delivery, Outbox, ReplyChannel
-from bots.hooks import HookEvent, HookRegistry
-from bots.router import Router, conversation_key
-from bots.store import Store
-from bots.targets import Targets
-from bots.turns import TurnOutcome, agent_turn, user_entry
-from bots.types import META_SCOPE, BotMessage
-from policies import BotLoopGuard, decide_gate
-from policies.access_control import AccessControl
-from policies.admission import Admission
-from push import NotificationCategory, Notifier
-from push.preferences import PreferenceStore, PushConfig
-from rooms.hub import RoomHub, room_conversation
+from botweave.agents import Agent, History
+from botweave.config import BotConfig
+from botweave.delivery import Delivery, Outbox, ReplyChannel
+from botweave.hooks import HookEvent, HookRegistry
+from botweave.policies import BotLoopGuard, decide_gate
+from botweave.policies.access_control import AccessControl
+from botweave.policies.admission import Admission
+from botweave.push import NotificationCategory, Notifier
+from botweave.push.preferences import PreferenceStore, PushConfig
+from botweave.rooms.hub import RoomHub, room_conversation
+from botweave.router import Router, conversation_key
+from botweave.runtime.commands import BUILTIN_COMMANDS, CommandContext, run_command
+from botweave.runtime.config import Config
+from botweave.runtime.targets import Targets
+from botweave.runtime.turns import TurnOutcome, agent_turn, user_entry
+from botweave.store import Store
+from botweave.types import META_SCOPE, BotMessage
 
 if TYPE_CHECKING:
-    from adapters.base import Adapter
+    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from bots.replies import chunk_text, measure
-from bots.types import AgentIdentity, BotMessage, MessageActionResult
+from botweave.replies import chunk_text, measure
+from botweave.types import AgentIdentity, BotMessage, MessageActionResult
 
 if TYPE_CHECKING:
-    from adapters.base import Adapter
+    from botweave.adapter import Adapter
 
 Resolved = tuple["Adapter", str, "str | None"]
 

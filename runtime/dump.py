@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from botweave.runtime.config import Config
+from botweave.runtime.platforms import installed_platforms
+from botweave.store import redact_url
 from pydantic import SecretStr
-
-from bots.config import PLATFORMS, Config
-from bots.store import redact_url
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
@@ -30,7 +30,7 @@ def dump_config(config: Config) -> str:
     data: dict[str, Any] = {"bot": {}, "agents": {}, "platforms": {}}
     data["bot"] = _masked(dict(config.bot))
     data["agents"] = {name: _masked(dict(agent)) for name, agent in config.agents.items()}
-    for name in PLATFORMS:
+    for name in installed_platforms():
         section = config.platform(name)
         if section is not None:
             effective = dict(section) | dict(config.bot_config_for(name))

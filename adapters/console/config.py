@@ -1,0 +1,13 @@
+"""The console's bot.yaml section."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from botweave.config import PlatformConfig
+
+
+class ConsoleConfig(PlatformConfig):
+    #: The console is the person at this terminal, so nobody needs approving.
+    default_unknown_user_policy: ClassVar[Literal["deny", "pair", "allow"]] = "allow"
+    user_name: str = "you"
