@@ -23,6 +23,11 @@ InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 log = logging.getLogger(__name__)
 
 
+def name_prefix(identity: AgentIdentity) -> str:
+    """How a post shows its author where the platform cannot post under another name."""
+    return f"**{identity.name}:** "
+
+
 class Adapter(ABC):
     platform: ClassVar[str]
     capabilities: ClassVar[PlatformCapabilities]
@@ -77,7 +82,7 @@ class Adapter(ABC):
     ) -> MessageActionResult:
         """Post under an agent's own name (rooms). Platforms that cannot change the author
         per message show the name as a bold prefix instead."""
-        return await self.send(chat_id, f"**{identity.name}:** {text}", thread_id=thread_id)
+        return await self.send(chat_id, name_prefix(identity) + text, thread_id=thread_id)
 
     async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
         """A direct message to a user (pairing requests, notifications). Platforms whose DM

@@ -8,6 +8,7 @@ YAML lists them in; among equally specific bindings the first listed wins.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from botweave.config import RouteConfig
 from botweave.types import BotMessage
@@ -17,8 +18,13 @@ _PRECEDENCE = ("thread_id", "chat_id", "user_id", "chat_type", "platform")
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    kind: str  # "agent" or "room"
+    kind: Literal["agent", "room"]
     name: str
+
+    @property
+    def hears_everyone(self) -> bool:
+        """A channel bound to a room hears every person's message, mentioned or not."""
+        return self.kind == "room"
 
 
 def conversation_key(msg: BotMessage) -> str:
@@ -43,7 +49,7 @@ class Router:
     def __init__(self, routes: list[RouteConfig], default_agent: str | None) -> None:
         # Each binding's wanted facts, its rank and its target, computed once: resolve runs
         # for every message.
-        self._bindings = []
+        self._bindings: list[tuple[dict[str, str], tuple[bool, ...], Target]] = []
         for route in routes:
             wanted = route.match.model_dump(exclude_none=True)
             target = Target("room", route.room) if route.room else Target("agent", route.agent or "")

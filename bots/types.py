@@ -300,6 +300,7 @@ class MessageActionResult:
     target: str = ""
     detail: str = ""
     message_id: str | None = None  # the platform id of a message that was sent
+    message_ids: tuple[str, ...] = ()  # every message a post used (a long text is several)
 
     @property
     def ok(self) -> bool:

@@ -1,23 +1,27 @@
 """Access with memory: allowlists and policy (pure, `access.py`) plus who paired or owns.
 
-This is the part of SPEC §6 that talks: it tells a stranger their pairing code, tells the
-owner someone is waiting, and answers the owner's `/pair approve <code>`.
+This is the part of access that talks: it tells a stranger their pairing code, tells the
+owner someone is waiting, and answers the owner's `/pair approve <code>`. Its pipeline step
+runs right after the author screen, so nothing past it sees a stranger's message.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from botweave.config import BotConfig
+from botweave.delivery import Delivery, Destination
+from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access import AccessVerdict, decide_access
+from botweave.policies.gating import decide_gate
 from botweave.policies.pairing import Pairing
 from botweave.store import Store
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
 
-SendFn = Callable[[str], Awaitable[object]]
+PAIR_USAGE = "approve|deny CODE"
+PAIR_HELP = "let a waiting user in, or turn them away (the owner, in a direct message)"
 
 
 def pairing_hint(platform: str) -> str:
@@ -25,8 +29,9 @@ def pairing_hint(platform: str) -> str:
 
 
 class AccessControl:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, delivery: Delivery) -> None:
         self.pairing = Pairing(store)
+        self._delivery = delivery
 
     async def owner(self, platform: str, config: BotConfig) -> str | None:
         return config.owner_user_id or await self.pairing.owner(platform)
@@ -40,22 +45,42 @@ class AccessControl:
             return "admit"
         return verdict
 
-    async def offer_pairing(self, msg: BotMessage, config: BotConfig, reply: SendFn, tell_owner: Callable[[str, str], Awaitable[object]]) -> str:
+    async def step(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        """The pipeline step: admitted people pass; strangers are dropped or offered a code."""
+        msg = inbound.message
+        verdict = await self.verdict(msg, inbound.config)
+        if verdict == "admit":
+            return await call_next(inbound)
+        if verdict == "pair" and msg.sender.is_bot:
+            verdict = "deny"  # a bot cannot ask its owner to approve a code
+        unaddressed = decide_gate(msg, inbound.config.group_policy) == "ignore"
+        if verdict == "deny" or unaddressed:
+            log.info("%s: message from unadmitted user %s dropped", msg.platform, msg.sender.user_id)
+            return TurnOutcome(TurnStatus.DENIED, detail=verdict)
+        if msg.allow_control and msg.command == "pair":  # the owner, not yet known by id
+            await self.pair_command(inbound)
+            return TurnOutcome(TurnStatus.COMMAND, detail="pair")
+        return await self.offer_pairing(inbound)
+
+    async def offer_pairing(self, inbound: Inbound) -> TurnOutcome:
         """Give an unknown user a code (once while it is pending) and let the owner know."""
+        msg = inbound.message
         result = await self.pairing.request(msg.platform, msg.sender.user_id, msg.sender.name, msg.channel.channel_id)
         if result.status == "too_many_pending":
             log.warning("%s: pairing request from %s refused: 3 requests already pending", msg.platform, msg.sender.user_id)
-            return "pairing_full"
+            return TurnOutcome(TurnStatus.PAIRING_FULL)
         if result.status == "already_pending":
-            return "pairing_pending"
+            return TurnOutcome(TurnStatus.PAIRING_PENDING)
         code = result.code or ""
-        await reply(
+        delivered = await inbound.reply.send_text(
             f"Hi! I don't know you yet. Your pairing code is {code} (valid for 1 hour). "
-            "Ask the owner of this bot to approve it."
+            "Ask the owner of this bot to approve it.",
+            purpose="pairing",
         )
-        owner = await self.owner(msg.platform, config)
+        owner = await self.owner(msg.platform, inbound.config)
         if owner:
-            await tell_owner(
+            await self._delivery.post_direct(
+                inbound.adapter,
                 owner,
                 f"Pairing request on {msg.platform} from {msg.sender.name} (id {msg.sender.user_id}). "
                 f"Approve with /pair approve {code} here, or `{pairing_hint(msg.platform)}`.",
@@ -64,13 +89,20 @@ class AccessControl:
             "%s: %s (id %s) asked to pair; approve with `%s`",
             msg.platform, msg.sender.name, msg.sender.user_id, pairing_hint(msg.platform),
         )
-        return "pairing_offered"
+        return TurnOutcome(TurnStatus.PAIRING_OFFERED, delivered)
 
-    async def pair_command(self, msg: BotMessage, config: BotConfig) -> tuple[str, tuple[str, str] | None]:
-        """The owner's `/pair approve|deny <code>` in a DM. Returns the answer for the owner
-        and, on approval, (chat_id, text) to tell the approved user."""
+    async def pair_command(self, inbound: Inbound) -> None:
+        """The owner's `/pair approve|deny <code>` in a DM; an approved user is welcomed."""
+        answer, welcome = await self._pair(inbound)
+        await inbound.reply.send_text(answer, purpose="command")
+        if welcome is not None:
+            await self._delivery.post(Destination(inbound.adapter, welcome), "You're approved. Say hello!")
+
+    async def _pair(self, inbound: Inbound) -> tuple[str, str | None]:
+        """The answer for the owner and, on approval, the chat to welcome the user in."""
+        msg = inbound.message
         args = msg.command_args
-        owner = await self.owner(msg.platform, config)
+        owner = await self.owner(msg.platform, inbound.config)
         if msg.is_group or owner is None or msg.sender.user_id != owner:
             return "Only the owner can approve pairing requests, in a direct message.", None
         if len(args) != 2 or args[0] not in ("approve", "deny"):
@@ -85,5 +117,4 @@ class AccessControl:
         if result.status == "wrong_code" or result.request is None:
             return "No pending request has that code.", None
         request = result.request
-        welcome = (request.chat_id, "You're approved. Say hello!")
-        return f"Approved {request.name} (id {request.user_id}).", welcome
+        return f"Approved {request.name} (id {request.user_id}).", request.chat_id

@@ -16,6 +16,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
+from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
+from botweave.store import Store
+from botweave.types import META_SCOPE
+
 Overflow = Literal["reject", "queue", "shed_oldest"]
 AdmissionAction = Literal["run", "wait", "reject", "shed_oldest"]
 
@@ -116,3 +120,23 @@ class Admission:
         finally:
             if admitted:
                 self.release(scope)
+
+
+class AdmissionStep:
+    """The pipeline step: a turn runs only with a slot; a refused one gets at most one busy
+    notice per chat per minute, however large the burst."""
+
+    def __init__(self, admission: Admission, store: Store, busy_message: str) -> None:
+        self._admission = admission
+        self._store = store
+        self._busy_message = busy_message
+
+    async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        msg = inbound.message
+        scope = str(msg.metadata.get(META_SCOPE) or f"{msg.platform}:{msg.channel.channel_id}")
+        async with self._admission.slot(scope) as admitted:
+            if admitted:
+                return await call_next(inbound)
+        if await self._store.set_if_absent(f"busy:{msg.platform}:{msg.channel.channel_id}", "1", ttl=60):
+            await inbound.reply.send_text(self._busy_message, purpose="notice")
+        return TurnOutcome(TurnStatus.BUSY)

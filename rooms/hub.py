@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 from botweave.agents import Agent
+from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent
 from botweave.rooms.runtime import Room
@@ -85,6 +86,21 @@ class RoomHub:
     async def handle(self, room_name: str, msg: BotMessage) -> list[RoomEvent]:
         """A person's message opens (or continues) an activity in the room."""
         return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, msg.prompt_text)
+
+    async def step(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        """The pipeline step: messages in a channel routed to a room go to the room; only
+        people open room activities (agents answer inside them)."""
+        target = inbound.target
+        if target is None or target.kind != "room" or target.name not in self.rooms or inbound.observe_only:
+            return await call_next(inbound)
+        if inbound.message.sender.is_bot:
+            return TurnOutcome(TurnStatus.IGNORED, detail="only people open room activities")
+        events = await self.handle(target.name, inbound.message)
+        return TurnOutcome(TurnStatus.ROOM, detail=f"{len(events)} room events")
+
+    async def reset(self, room_name: str, msg: BotMessage) -> None:
+        """`/new` in a room's channel: the next message opens a fresh activity."""
+        await self.rooms[room_name].reset(room_conversation(msg))
 
     async def _fire(self, room_name: str, target: str, kickoff: str) -> None:
         try:

@@ -14,37 +14,41 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from botweave.adapter import Adapter
 from botweave.agents import Agent, History, litellm_module
+from botweave.commands import CommandRegistry
+from botweave.config import BotConfig
 from botweave.conversations import ConversationLocks
-from botweave.delivery import Outbox
+from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel
 from botweave.hooks import HookEvent, HookRegistry
-from botweave.policies import BotLoopGuard, BotLoopPolicy
-from botweave.policies.access_control import AccessControl, pairing_hint
-from botweave.policies.admission import Admission, AdmissionLimits
+from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
+from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
+from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
+from botweave.policies.authors import AuthorScreen
+from botweave.policies.rate_limit import RateLimit
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
+from botweave.push.commands import NOTIFY_HELP, notify_command
 from botweave.push.notifier import mention_triggers
 from botweave.redis_store import RedisStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
+from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
-from botweave.runtime.pipeline import Pipeline, Platform, Services
+from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.platforms import installed_platforms
-from botweave.runtime.targets import Resolved, Targets
-from botweave.runtime.turns import TurnOutcome
+from botweave.runtime.steps import Observe
+from botweave.runtime.turns import AgentTurn
 from botweave.store import Store, open_store
-from botweave.types import BotMessage, MessageActionResult, PlatformEvent
-
-if TYPE_CHECKING:  # adapters import bots types; import them back only for typing
-    from botweave.adapter import Adapter
+from botweave.targets import Targets
+from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 
 log = logging.getLogger(__name__)
 
 Role = Literal["all", "worker", "ingress"]
 DIGEST_FLUSH_SECONDS = 30.0
-__all__ = ["App", "TurnOutcome"]
 
 
 class App:
@@ -56,44 +60,53 @@ class App:
         self._background: list[asyncio.Task[Any]] = []
         self.store = store or open_store(config.store.url, config.store.prefix)
         self.hooks = HookRegistry()
+        self.commands = CommandRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
         self.router = Router(config.routes, default_agent=next(iter(self.agents)))
         self.history = History(self.store)
         self.adapters: dict[str, Adapter] = {}
-        self._platforms: dict[str, Platform] = {}
+        self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
+        self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
         self.targets = Targets(self.adapters)
-        self.access = AccessControl(self.store)
+        self.access = AccessControl(self.store, self.delivery)
         self.push = config.push_config
         self.preferences = self.push.preference_store(self.store)
         self.notifier = Notifier(
-            self.preferences, self.push.transports(self.targets.send_direct), self.store, directory=self.push.recipients
+            self.preferences, self.push.transports(self._send_direct), self.store, directory=self.push.recipients
         )
         rooms = config.room_configs
         self.rooms = (
             RoomHub(
-                rooms, self.agents, self.store, self.targets.send_as, self.targets.conversation,
+                rooms, self.agents, self.store, self._post_as, self.targets.canonical,
                 posted=self._room_posted, missed=self._room_missed,
             )
             if rooms
             else None
         )
+        BuiltinCommands(self.commands, self.agents, self.history, self.rooms, lambda: self.uptime).register()
+        self.commands.register("pair", self.access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
+        self.commands.register("notify", notify_command(self.preferences), help=NOTIFY_HELP)
         limits = config.admission
         admission = Admission(
             AdmissionLimits(
                 limits.max_concurrent_turns, limits.max_concurrent_turns_per_scope, limits.overflow, limits.queue_depth
             )
         )
-        self.pipeline = Pipeline(
-            Services(
-                config=config, store=self.store, hooks=self.hooks, agents=self.agents, router=self.router,
-                history=self.history, outbox=Outbox(self.store, config.store.dedup_ttl_seconds), access=self.access,
-                admission=admission, preferences=self.preferences, notifier=self.notifier, push=self.push,
-                targets=self.targets, rooms=self.rooms, uptime=lambda: self.uptime,
-            ),
-            self._platforms,
+        self.pipeline = build_pipeline(
+            authors=AuthorScreen(self.store),
+            access=self.access,
+            hooks=self.hooks,
+            router=self.router,
+            delivery=self.delivery,
+            commands=self.commands,
+            rooms=self.rooms,
+            observe=Observe(self.agents, self.history),
+            rate_limit=RateLimit(self.store),
+            admission=AdmissionStep(admission, self.store, limits.busy_message),
+            turn=AgentTurn(self.agents, self.history, self._finished),
         )
 
     @classmethod
@@ -106,12 +119,10 @@ class App:
     # --- lifecycle ------------------------------------------------------------------------
 
     def add_adapter(self, adapter: Adapter) -> None:
-        """Attach an adapter (the registry does this in `start`; tests attach their own)."""
+        """Attach an adapter (`start` does this for each enabled platform; tests attach their own)."""
         name = adapter.platform
-        policy = self.config.bot_config_for(name)
-        guard = BotLoopGuard(BotLoopPolicy.from_dict(policy.bot_loop_protection), self.store)
         self.adapters[name] = adapter
-        self._platforms[name] = Platform(adapter, policy, guard)
+        self._platform_configs[name] = self.config.bot_config_for(name)
         adapter.bind(self.submit)
 
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
@@ -139,7 +150,7 @@ class App:
             except Exception as exc:
                 log.error("platform %s failed to start: %s", name, exc)
                 self.adapters.pop(name)
-                self._platforms.pop(name)
+                self._platform_configs.pop(name)
         if self.stream is not None and receive:
             if self.role in ("all", "worker"):
                 # litellm takes seconds to import; doing it now, off the loop, keeps the first
@@ -164,7 +175,7 @@ class App:
         return adapter
 
     def _explain_access(self, platform: str) -> None:
-        policy = self._platforms[platform].config.unknown_user_policy
+        policy = self._platform_configs[platform].unknown_user_policy
         if policy == "pair":
             log.warning(
                 "%s: unknown users get a pairing code; let them in with `%s` or list them in allowed_users",
@@ -227,18 +238,27 @@ class App:
         mistaken for a platform retry."""
         key = None if deduplicated else dedup_key(item)
         if key is not None and not await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds):
-            return TurnOutcome("duplicate")
+            return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
         async with self._locks.hold(conversation_key(item)):
-            return await self.pipeline.message(item)
+            return await self._run_pipeline(item)
+
+    async def _run_pipeline(self, msg: BotMessage) -> TurnOutcome:
+        adapter = self.adapters.get(msg.platform)
+        if adapter is None:
+            log.warning("message from platform %r that has no adapter; dropped", msg.platform)
+            return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
+        config = self._platform_configs[msg.platform]
+        reply = ReplyChannel(self.delivery, adapter, msg, config)
+        return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
         return await self.handle(item, deduplicated=True)
 
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
-        return TurnOutcome("event")
+        return TurnOutcome(TurnStatus.EVENT)
 
     # --- push and rooms ------------------------------------------------------------------
 
@@ -275,12 +295,34 @@ class App:
             except Exception:
                 log.exception("delivering notification digests failed; will retry")
 
-    # --- outbound to a target (SPEC §9) ------------------------------------------------------
+    async def _finished(self, msg: BotMessage, agent: Agent, delivered: Delivered, seconds: float) -> None:
+        """A long turn tells the person who asked (`agent_finished`, if they opted in)."""
+        if seconds >= self.push.agent_finished_after_seconds:
+            await self.notifier.notify(
+                NotificationCategory.AGENT_FINISHED,
+                [f"{msg.platform}:{msg.sender.user_id}"],
+                delivered.text,
+                identity=agent.name,
+            )
 
-    def resolve_target(self, target: str, origin: BotMessage | None = None) -> Resolved | None:
-        """`origin`, `<platform>`, `<platform>:<chat>` or `<platform>:<chat>:<thread>`."""
-        return self.targets.resolve(target, origin)
+    # --- outbound: everything goes through delivery ------------------------------------------
 
-    async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> list[MessageActionResult]:
-        """Post text to a target, chunked; an unresolvable target is a `no_route` result."""
-        return await self.targets.send(target, text, origin=origin)
+    async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> MessageActionResult:
+        """Post text to a target (`origin`, `<platform>`, `<platform>:<chat>[:<thread>]`);
+        an unresolvable target is a `no_route` result."""
+        to = self.targets.resolve(target, origin)
+        if to is None:
+            return MessageActionResult("no_route", target, "target not resolvable")
+        return (await self.delivery.post(to, text, origin=origin)).result(target)
+
+    async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:
+        to = self.targets.resolve(target)
+        if to is None:
+            return MessageActionResult("no_route", target, "target not resolvable")
+        return (await self.delivery.post(to, text, identity=identity)).result(target)
+
+    async def _send_direct(self, platform: str, user_id: str, text: str) -> MessageActionResult:
+        adapter = self.adapters.get(platform)
+        if adapter is None:
+            return MessageActionResult("no_route", f"{platform}:{user_id}", f"platform {platform} is not running")
+        return (await self.delivery.post_direct(adapter, user_id, text)).result(f"{platform}:{user_id}")

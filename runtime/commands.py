@@ -1,28 +1,14 @@
-"""Built-in chat commands, answered before any agent runs (and only for `allow_control`)."""
+"""The runtime's built-in commands: `/new`, `/help` (and `/start`, its alias for people
+arriving from a platform's Start button) and `/status`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
 from botweave.agents import Agent, History
-from botweave.types import BotMessage
-
-HELP = {
-    "new": "start a new conversation (forget the earlier messages)",
-    "help": "show this help",
-    "status": "show the agent, model, platform and uptime",
-    "notify": "your notification settings (in a direct message; /notify help)",
-}
-BUILTIN_COMMANDS = frozenset(HELP) - {"notify"}  # /notify is answered by the push settings
-
-
-@dataclass(frozen=True)
-class CommandContext:
-    message: BotMessage
-    agent: Agent
-    conversation: str
-    history: History
-    uptime_seconds: float
+from botweave.commands import CommandRegistry
+from botweave.pipeline import Inbound
+from botweave.rooms.hub import RoomHub
 
 
 def format_uptime(seconds: float) -> str:
@@ -36,16 +22,40 @@ def format_uptime(seconds: float) -> str:
     return f"{minutes}m {secs}s"
 
 
-async def run_command(ctx: CommandContext) -> str:
-    command = ctx.message.command
-    if command == "new":
-        await ctx.history.reset(ctx.conversation)
+class BuiltinCommands:
+    def __init__(
+        self,
+        registry: CommandRegistry,
+        agents: Mapping[str, Agent],
+        history: History,
+        rooms: RoomHub | None,
+        uptime: Callable[[], float],
+    ) -> None:
+        self._registry = registry
+        self._agents = agents
+        self._history = history
+        self._rooms = rooms
+        self._uptime = uptime
+
+    def register(self) -> None:
+        self._registry.register("new", self.new, help="start a new conversation (forget the earlier messages)")
+        self._registry.register("help", self.help, help="show this help")
+        self._registry.register("status", self.status, help="show the agent, model, platform and uptime")
+
+    async def new(self, inbound: Inbound) -> str:
+        target = inbound.target
+        if target is not None and target.kind == "room" and self._rooms is not None:
+            await self._rooms.reset(target.name, inbound.message)
+            return f"Room {target.name} starts afresh."
+        await self._history.reset(inbound.conversation)
         return "Started a new conversation; earlier messages are forgotten."
-    if command == "status":
-        return (
-            f"agent: {ctx.agent.name}\n"
-            f"model: {ctx.agent.model}\n"
-            f"platform: {ctx.message.platform}\n"
-            f"uptime: {format_uptime(ctx.uptime_seconds)}"
-        )
-    return "Commands:\n" + "\n".join(f"/{name} — {text}" for name, text in HELP.items())
+
+    async def help(self, inbound: Inbound) -> str:
+        return self._registry.help_text()
+
+    async def status(self, inbound: Inbound) -> str:
+        target = inbound.target
+        agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
+        lines = [f"agent: {agent.name}", f"model: {agent.model}"] if agent else [f"room: {target.name}"] if target else []
+        lines += [f"platform: {inbound.message.platform}", f"uptime: {format_uptime(self._uptime())}"]
+        return "\n".join(lines)

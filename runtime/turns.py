@@ -1,4 +1,5 @@
-"""One agent turn: history in, reply out (streamed or whole), history appended.
+"""One agent turn, the pipeline's last step: history in, reply out (streamed or whole),
+history appended.
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
 indicator is renewed for as long as the turn runs.
@@ -10,32 +11,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 
 from botweave.agents import Agent, AgentError, History
-from botweave.delivery import Delivery, ReplyChannel
+from botweave.delivery import Delivered, ReplyChannel
+from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
 
-#: Told after a reply went out: (message, agent, delivery, seconds the turn took).
-Finished = Callable[[BotMessage, Agent, Delivery, float], Awaitable[None]]
-
-
-@dataclass
-class TurnOutcome:
-    """What the pipeline did with one inbound item; tests and benchmarks read it."""
-
-    status: str  # replied, silent, cancelled, command, observed, duplicate, dropped_*, denied, ...
-    delivery: Delivery | None = None
-    detail: str = ""
-
-    @property
-    def message_ids(self) -> list[str]:
-        return self.delivery.message_ids if self.delivery else []
+#: Told after a reply went out: (message, agent, what was delivered, seconds the turn took).
+Finished = Callable[[BotMessage, Agent, Delivered, float], Awaitable[None]]
 
 
 def user_entry(msg: BotMessage) -> dict[str, str]:
@@ -59,31 +47,47 @@ async def keep_typing(reply: ReplyChannel) -> None:
             await asyncio.sleep(adapter.typing_interval_s)
 
 
-async def agent_turn(
-    msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel, history: History, finished: Finished
-) -> TurnOutcome:
-    started = time.monotonic()
-    earlier = await history.load(conversation, agent.config.max_history)
-    entry = user_entry(msg)
-    typing = asyncio.create_task(keep_typing(reply))
-    try:
-        if reply.can_stream():
-            delivery = await reply.stream_text(
-                agent.stream(earlier, entry["content"]), model=agent.model, elapsed=lambda: time.monotonic() - started
-            )
-        else:
-            text = await agent.complete(earlier, entry["content"])
-            delivery = await reply.send_text(text, model=agent.model, seconds=time.monotonic() - started)
-    except AgentError as exc:
-        log.error("%s", exc)
-        return TurnOutcome("agent_error", await reply.send_text(APOLOGY, purpose="apology"), detail=str(exc))
-    finally:
-        typing.cancel()
-    if delivery.cancelled:
-        return TurnOutcome("cancelled", delivery)
-    answer = {"role": "assistant", "content": "" if delivery.silent else delivery.text}
-    await history.append(conversation, agent.config.max_history, entry, answer)
-    if delivery.silent:
-        return TurnOutcome("silent", delivery)
-    await finished(msg, agent, delivery, time.monotonic() - started)
-    return TurnOutcome("replied", delivery)
+class AgentTurn:
+    """The endpoint of the pipeline: the routed agent answers."""
+
+    def __init__(self, agents: Mapping[str, Agent], history: History, finished: Finished) -> None:
+        self._agents = agents
+        self._history = history
+        self._finished = finished
+
+    async def __call__(self, inbound: Inbound) -> TurnOutcome:
+        target = inbound.target
+        agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
+        if agent is None:
+            msg = inbound.message
+            log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
+            return TurnOutcome(TurnStatus.UNROUTABLE)
+        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply)
+
+    async def run(self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
+        started = time.monotonic()
+        earlier = await self._history.load(conversation, agent.config.max_history)
+        entry = user_entry(msg)
+        typing = asyncio.create_task(keep_typing(reply))
+        try:
+            if reply.can_stream():
+                delivered = await reply.stream_text(
+                    agent.stream(earlier, entry["content"]), model=agent.model, elapsed=lambda: time.monotonic() - started
+                )
+            else:
+                text = await agent.complete(earlier, entry["content"])
+                delivered = await reply.send_text(text, model=agent.model, seconds=time.monotonic() - started)
+        except AgentError as exc:
+            log.error("%s", exc)
+            apology = await reply.send_text(APOLOGY, purpose="apology")
+            return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))
+        finally:
+            typing.cancel()
+        if delivered.cancelled:
+            return TurnOutcome(TurnStatus.CANCELLED, delivered)
+        answer = {"role": "assistant", "content": "" if delivered.silent else delivered.text}
+        await self._history.append(conversation, agent.config.max_history, entry, answer)
+        if delivered.silent:
+            return TurnOutcome(TurnStatus.SILENT, delivered)
+        await self._finished(msg, agent, delivered, time.monotonic() - started)
+        return TurnOutcome(TurnStatus.REPLIED, delivered)

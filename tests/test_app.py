@@ -249,7 +249,7 @@ async def test_typing_is_shown_while_a_turn_runs():
 
 async def test_targets_resolve_and_unknown_ones_report_no_route():
     app, adapter = await make_app()
-    results = await app.send_to("test:c9:t1", "hello")
-    assert results[0].ok and adapter.sent[-1].chat_id == "c9" and adapter.sent[-1].thread_id == "t1"
-    assert (await app.send_to("nowhere:c1", "x"))[0].status == "no_route"
-    assert (await app.send_to("test", "x"))[0].status == "no_route"  # no home chat configured
+    result = await app.send_to("test:c9:t1", "hello")
+    assert result.ok and adapter.sent[-1].chat_id == "c9" and adapter.sent[-1].thread_id == "t1"
+    assert (await app.send_to("nowhere:c1", "x")).status == "no_route"
+    assert (await app.send_to("test", "x")).status == "no_route"  # no home chat configured

@@ -113,11 +113,11 @@ async def test_a_turn_that_runs_again_never_resends_a_delivered_chunk(redis_url,
     app.add_adapter(adapter)
     await app.store.connect()
     msg = message("word " * 40, message_id="again")
-    await app.pipeline.message(msg)
+    await app.handle(msg, deduplicated=True)
     first = list(adapter.texts())
     assert len(first) > 1
     await app.store.delete("dedup:test:c1:again")  # as if the worker died before recording
-    await app.pipeline.message(message("word " * 40, message_id="again"))
+    await app.handle(message("word " * 40, message_id="again"), deduplicated=True)
     assert adapter.texts() == first
     await app.store.close()
 

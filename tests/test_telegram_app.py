@@ -16,7 +16,7 @@ from botweave import App
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.adapters.telegram.inbound import Me, message_of
 from botweave.config import BotConfig
-from botweave.delivery import ReplyChannel
+from botweave.delivery import Delivery, ReplyChannel
 from botweave.hooks import HookRegistry
 from telegram import Message
 
@@ -217,7 +217,7 @@ async def test_slow_stream_edits_no_faster_than_the_floor(telegram_emulator, cha
         chat = emu.private_chat(ANN) if chat_kind == "dm" else emu.group(-1001)
         origin_raw = emu.message(chat, ANN, "go")
         origin = message_of(Message.de_json(origin_raw, adapter.application.bot), Me(emu.bot["id"], "ThisBot"))
-        channel = ReplyChannel(adapter, origin, BotConfig(streaming=True, stream_edit_interval_ms=0), HookRegistry())
+        channel = ReplyChannel(Delivery(HookRegistry()), adapter, origin, BotConfig(streaming=True, stream_edit_interval_ms=0))
 
         async def tokens() -> AsyncIterator[str]:
             for i in range(52):

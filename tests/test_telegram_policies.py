@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from botweave import App
-from botweave.runtime.app import TurnOutcome
+from botweave.pipeline import TurnOutcome
 
 from tests.emulators.telegram import (
     TelegramEmulator,

@@ -1,0 +1,99 @@
+"""The shape of the inbound pipeline: steps with one signature, composed into one handler.
+
+A step is given the message on its way (`Inbound`) and the rest of the pipeline
+(`call_next`). It may answer and stop, change what flows on, or pass it along, the way
+aiogram's middlewares and Starlette's `call_next` work. Each step lives with its concern
+(policies decide who is heard, rooms take their channels, the runtime runs commands and
+turns) and the runtime puts them in order. Every exit returns a `TurnOutcome` saying why,
+so a message that got no answer is explainable. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from botweave.adapter import Adapter
+from botweave.config import BotConfig
+from botweave.delivery import Delivered, ReplyChannel
+from botweave.router import Target, conversation_key
+from botweave.types import BotMessage
+
+
+class TurnStatus(str, Enum):
+    """Why the pipeline stopped where it did."""
+
+    REPLIED = "replied"
+    SILENT = "silent"  # the agent chose not to answer
+    CANCELLED = "cancelled"  # a message_sending hook cancelled the reply
+    AGENT_ERROR = "agent_error"
+    COMMAND = "command"
+    ROOM = "room"
+    OBSERVED = "observed"  # recorded in history, never answered
+    EVENT = "event"
+    DUPLICATE = "duplicate"
+    DROPPED_UNKNOWN_PLATFORM = "dropped_unknown_platform"
+    DROPPED_SELF = "dropped_self"
+    DROPPED_BOT = "dropped_bot"
+    DROPPED_LOOP_GUARD = "dropped_loop_guard"
+    DROPPED_OTHER_BOT_COMMAND = "dropped_other_bot_command"
+    DENIED = "denied"
+    PAIRING_OFFERED = "pairing_offered"
+    PAIRING_PENDING = "pairing_pending"
+    PAIRING_FULL = "pairing_full"
+    IGNORED = "ignored"  # a group message not addressed to the bot
+    HOOK_DENIED = "hook_denied"
+    UNROUTABLE = "unroutable"
+    RATE_LIMITED = "rate_limited"
+    BUSY = "busy"
+
+
+@dataclass
+class TurnOutcome:
+    """What the pipeline did with one inbound item; logs, tests and benchmarks read it."""
+
+    status: TurnStatus
+    delivery: Delivered | None = None
+    detail: str = ""
+
+    @property
+    def message_ids(self) -> list[str]:
+        return self.delivery.message_ids if self.delivery else []
+
+
+@dataclass
+class Inbound:
+    """One message on its way through the pipeline, with what the steps learned about it."""
+
+    message: BotMessage
+    adapter: Adapter
+    config: BotConfig
+    reply: ReplyChannel
+    #: Where the router sends it (an agent or a room); None when nothing matches.
+    target: Target | None
+    #: Set by group gating: record the message in history, answer nothing.
+    observe_only: bool = False
+
+    @property
+    def conversation(self) -> str:
+        return conversation_key(self.message)
+
+
+Handler = Callable[[Inbound], Awaitable[TurnOutcome]]
+Step = Callable[[Inbound, Handler], Awaitable[TurnOutcome]]
+
+
+def compose(steps: Sequence[Step], endpoint: Handler) -> Handler:
+    """One handler that runs `steps` in order and `endpoint` last."""
+    handler = endpoint
+    for step in reversed(steps):
+        handler = _chain(step, handler)
+    return handler
+
+
+def _chain(step: Step, call_next: Handler) -> Handler:
+    async def run(inbound: Inbound) -> TurnOutcome:
+        return await step(inbound, call_next)
+
+    return run

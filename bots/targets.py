@@ -1,0 +1,41 @@
+"""Targets: the names of places to post. `origin` is the conversation of the current turn,
+`<platform>` that platform's home chat, `<platform>:<chat>` a chat and
+`<platform>:<chat>:<thread>` a thread in it. Rooms, notifications, scheduled kickoffs and
+agent tools all speak this grammar, and resolving it is the only thing this module does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from botweave.adapter import Adapter
+from botweave.delivery import Destination
+from botweave.types import BotMessage
+
+
+class Targets:
+    def __init__(self, adapters: Mapping[str, Adapter]) -> None:
+        self._adapters = adapters  # the runtime's live map: platforms may start later
+
+    def resolve(self, target: str, origin: BotMessage | None = None) -> Destination | None:
+        if target == "origin":
+            if origin is None or origin.platform not in self._adapters:
+                return None
+            return Destination(self._adapters[origin.platform], origin.channel.channel_id, origin.thread_id)
+        platform, _, rest = target.partition(":")
+        adapter = self._adapters.get(platform)
+        if adapter is None:
+            return None
+        if not rest:
+            home = adapter.home_chat()
+            return Destination(adapter, home) if home else None
+        chat, _, thread = rest.partition(":")
+        return Destination(adapter, chat, thread or None) if chat else None
+
+    def adapter(self, platform: str) -> Adapter | None:
+        return self._adapters.get(platform)
+
+    def canonical(self, target: str) -> str | None:
+        """The target as `platform:chat[:thread]` (how a room names its conversation)."""
+        resolved = self.resolve(target)
+        return resolved.target if resolved is not None else None

@@ -1,0 +1,80 @@
+"""The runtime's own pipeline steps: `message_received` hooks, commands, and recording what
+a group says when the bot only observes. Policies' steps live in policies/, the room step in
+rooms/; runtime/pipeline.py puts them all in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from botweave.agents import Agent, History
+from botweave.commands import CommandRegistry
+from botweave.delivery import Delivery, ReplyChannel
+from botweave.hooks import HookEvent, HookRegistry
+from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
+from botweave.router import Router
+from botweave.runtime.turns import user_entry
+
+
+class MessageHooks:
+    """`message_received` hooks may drop a message or rewrite it; a rewritten message is
+    routed afresh, since it may now belong to another agent or room."""
+
+    def __init__(self, hooks: HookRegistry, router: Router, delivery: Delivery) -> None:
+        self._hooks = hooks
+        self._router = router
+        self._delivery = delivery
+
+    async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        if not self._hooks.has("message_received"):
+            return await call_next(inbound)
+        msg = inbound.message
+        event = await self._hooks.run(HookEvent("message_received", {"message": msg.to_dict()}, message=msg))
+        if event.denied or event.message is None:
+            return TurnOutcome(TurnStatus.HOOK_DENIED)
+        if event.message is not msg:
+            inbound.message = event.message
+            inbound.target = self._router.resolve(event.message)
+            inbound.reply = ReplyChannel(self._delivery, inbound.adapter, event.message, inbound.config)
+        return await call_next(inbound)
+
+
+class Commands:
+    """A person's `/command` runs its handler from the registry; an observing bot records
+    commands like any message and runs none."""
+
+    def __init__(self, registry: CommandRegistry) -> None:
+        self._registry = registry
+
+    async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        msg = inbound.message
+        command = self._registry.get(msg.command) if msg.allow_control and not inbound.observe_only else None
+        if command is None:
+            return await call_next(inbound)
+        answer = await command.handler(inbound)
+        delivered = await inbound.reply.send_text(answer, purpose="command") if answer is not None else None
+        return TurnOutcome(TurnStatus.COMMAND, delivered, detail=command.name)
+
+
+def agent_of(inbound: Inbound, agents: Mapping[str, Agent]) -> Agent | None:
+    target = inbound.target
+    if target is None or target.kind != "agent":
+        return None
+    return agents.get(target.name)
+
+
+class Observe:
+    """`group_policy: observe`: the message joins the agent's history, and nothing answers."""
+
+    def __init__(self, agents: Mapping[str, Agent], history: History) -> None:
+        self._agents = agents
+        self._history = history
+
+    async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        if not inbound.observe_only:
+            return await call_next(inbound)
+        agent = agent_of(inbound, self._agents)
+        if agent is None:
+            return TurnOutcome(TurnStatus.UNROUTABLE)
+        await self._history.append(inbound.conversation, agent.config.max_history, user_entry(inbound.message))
+        return TurnOutcome(TurnStatus.OBSERVED)
