@@ -71,9 +71,9 @@ TOKEN = "emulated-bot-token"
 
 APPLICATION_ID = BOT_ID
 INTENT_MEMBERS = 1 << 1
-_BODY = web.RequestKey("body", object)  # the parsed JSON body, read once by the middleware
-_FILES = web.RequestKey("files", list)  # the file parts of a multipart body
-_RECORD = web.RequestKey("record", object)  # the Request the middleware recorded for this call
+_BODY: web.RequestKey[Any] = web.RequestKey("body", object)  # the parsed JSON body, read once by the middleware
+_FILES: web.RequestKey[Any] = web.RequestKey("files", list)  # the file parts of a multipart body
+_RECORD: web.RequestKey[Any] = web.RequestKey("record", object)  # the Request the middleware recorded
 _DISCORD_EPOCH_MS = 1420070400000
 _FLAG_HAS_THREAD = 1 << 5
 _FLAG_EPHEMERAL = 1 << 6
@@ -1190,7 +1190,7 @@ class DiscordEmulator:
         message_id = request.match_info["message"]
         interaction = self._interaction_by_url(request)
         if interaction is not None:
-            interaction.followups.append(request[_RECORD])  # type: ignore[arg-type]
+            interaction.followups.append(request[_RECORD])
             if not interaction.responded:
                 return self._not_found("Webhook", 10015)
             if message_id == "@original":
@@ -1339,7 +1339,7 @@ class DiscordEmulator:
     async def _followup(self, request: web.Request, interaction: Interaction) -> web.Response:
         """`POST /webhooks/{application}/{token}`: a follow-up message. The first one after a
         deferred answer (type 5) fills the loading message instead of posting a new one."""
-        interaction.followups.append(request[_RECORD])  # type: ignore[arg-type]
+        interaction.followups.append(request[_RECORD])
         if not interaction.responded:
             return self._not_found("Webhook", 10015)
         body = request[_BODY] or {}

@@ -48,7 +48,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from aiohttp import ClientSession, WSMsgType, web
 
@@ -631,6 +631,7 @@ class SlackEmulator:
         message, error = self._own_message(params, "cant_delete_message")
         if error:
             return error
+        assert message is not None
         self.messages[str(params["channel"])].remove(message)
         return {"ok": True, "channel": params["channel"], "ts": params["ts"]}
 
@@ -944,7 +945,7 @@ class SlackEmulator:
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
-            body = json.loads(dict((await request.post()).items()).get("payload", "{}"))
+            body = json.loads(parse_qs(raw.decode()).get("payload", ["{}"])[0])  # a form-encoded payload=
         post = ResponseUrlPost(context["user"], context["channel"], context["ts"], body)
         self.responses.append(post)
         context["uses"] += 1
