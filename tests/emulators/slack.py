@@ -1,4 +1,4 @@
-"""A Slack emulator on 127.0.0.1 for the adapter tests (SPEC §13).
+"""A Slack emulator on 127.0.0.1 for the adapter tests.
 
 It speaks Slack's real wire formats so slack_sdk / slack-bolt run unmodified against it:
 
@@ -1321,7 +1321,7 @@ class EventDelivery:
 
 
 class IdentitySlackEmulator(SlackEmulator):
-    """The emulator with Slack's message authorship fields, for rooms (issue 7 part 3).
+    """The emulator with Slack's message authorship fields, for rooms.
 
     `chat.postMessage` honours `username`, `icon_emoji` and `icon_url` the way Slack does for
     an app with `chat:write.customize`: the message becomes a `bot_message` carrying the bot's
