@@ -31,7 +31,6 @@ from botweave.policies.rate_limit import RateLimit
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.commands import NOTIFY_HELP, notify_command
 from botweave.push.notifier import mention_triggers
-from botweave.redis_store import RedisStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
@@ -42,6 +41,7 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Store, open_store
+from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 

@@ -105,9 +105,8 @@ async def _serve(config: Any, platforms: list[str] | None, role: str = "all") ->
 
 
 def _check(path: str) -> int:
-    from botweave.redis_store import StoreUnavailable
     from botweave.runtime.dump import dump_config
-    from botweave.store import open_store, redact_url
+    from botweave.store import StoreUnavailable, open_store, redact_url
 
     config = _load(path)
     print(dump_config(config))
@@ -206,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
     from botweave.config import ConfigError
-    from botweave.redis_store import StoreUnavailable
+    from botweave.store import StoreUnavailable
 
     try:
         if args.command == "check":

@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from botweave.redis_store import RedisStore
 from botweave.router import conversation_key
 from botweave.runtime.locks import Lease
+from botweave.store.redis import RedisStore
 from botweave.types import BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)

@@ -69,8 +69,8 @@ async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
 @pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Any]:
     """The store contract holds for both backends: tests using this run against each."""
-    from botweave.redis_store import RedisStore
     from botweave.store import MemoryStore
+    from botweave.store.redis import RedisStore
 
     if request.param == "memory":
         yield MemoryStore()

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 from botweave import App, PlatformCapabilities
-from botweave.redis_store import RedisStore
 from botweave.runtime.durable import InboundStream
 from botweave.runtime.locks import Lease
+from botweave.store.redis import RedisStore
 
 from tests.support import RecordingAdapter, message
 

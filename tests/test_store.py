@@ -2,8 +2,8 @@
 
 
 import pytest
-from botweave.redis_store import RedisStore, StoreUnavailable
-from botweave.store import MemoryStore
+from botweave.store import MemoryStore, StoreUnavailable
+from botweave.store.redis import RedisStore
 
 
 class Clock:

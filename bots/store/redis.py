@@ -1,4 +1,4 @@
-"""The Redis store: state that survives restarts and is shared by every worker (SPEC §12).
+"""The Redis store: state that survives restarts and is shared by every worker.
 
 Each operation is one atomic Redis step (SET NX PX, a MULTI, or a small Lua script), so two
 workers racing on one dedup key or loop-guard window cannot both win. Every key lives under
@@ -11,7 +11,7 @@ import logging
 import uuid
 from typing import Any
 
-from botweave.store import Store, redact_url
+from botweave.store.base import Store, StoreUnavailable, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,6 @@ redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return redis.call('ZCARD', KEYS[1])
 """
-
-
-class StoreUnavailable(RuntimeError):
-    """The store cannot be reached; the message names the URL without its password."""
 
 
 def _ms(ttl: float | None) -> int | None:

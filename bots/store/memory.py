@@ -1,61 +1,16 @@
-"""The state store (SPEC §12): one async interface, an in-memory default, Redis later.
-
-The operations are the ones Redis does atomically (SET NX EX, RPUSH+LTRIM, INCR, sorted-set
-windows), so a Redis backend is a drop-in and workers can share dedup keys, histories and
-loop-guard windows. Values are strings; callers encode JSON themselves.
-"""
+"""The in-memory store: fast, process-local, gone on restart (tests and `--ephemeral`)."""
 
 from __future__ import annotations
 
 import bisect
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from botweave.store.base import Store
 
 Clock = Callable[[], float]
-
-
-class Store(ABC):
-    async def connect(self) -> None:
-        """Open connections; the in-memory store has none."""
-
-    async def close(self) -> None:
-        """Release connections."""
-
-    @abstractmethod
-    async def get(self, key: str) -> str | None: ...
-
-    @abstractmethod
-    async def set(self, key: str, value: str, *, ttl: float | None = None) -> None: ...
-
-    @abstractmethod
-    async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
-        """Atomically claim `key`; False when it already exists (the basis of dedup)."""
-
-    @abstractmethod
-    async def delete(self, *keys: str) -> None: ...
-
-    @abstractmethod
-    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
-        """Add to a counter; `ttl` is set when the counter is created."""
-
-    @abstractmethod
-    async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
-        """Append, then keep only the newest `max_len` items."""
-
-    @abstractmethod
-    async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
-        """Items from `start` to `end` inclusive (negative counts from the end), like LRANGE."""
-
-    @abstractmethod
-    async def window_add(self, key: str, now: float, window: float) -> int:
-        """Record an event at `now`, forget events older than `window`, return how many remain."""
-
-    @abstractmethod
-    async def keys(self, prefix: str) -> list[str]: ...
 
 
 @dataclass(slots=True)
@@ -136,19 +91,3 @@ class MemoryStore(Store):
 
     async def keys(self, prefix: str) -> list[str]:
         return [k for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None]
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced, safe for logs and dumps."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
-
-
-def open_store(url: str, prefix: str = "botweave:default:") -> Store:
-    if url.startswith("memory://"):
-        return MemoryStore()
-    from botweave.redis_store import RedisStore
-
-    return RedisStore(url, prefix)
