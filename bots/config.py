@@ -101,7 +101,7 @@ _BotOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
         ),
     },
     **{
-        name: (Optional[info.annotation], Field(default=None, repr=info.repr))  # type: ignore[valid-type]
+        name: (Optional[info.annotation], Field(default=None, repr=info.repr))
         for name, info in BotConfig.model_fields.items()
     },
 )

@@ -34,22 +34,24 @@ def _agent_name(litellm_params: dict[str, Any] | None) -> str:
 
 
 class OfflineEcho(CustomLLM):
-    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+    async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
         text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
         response: ModelResponse = kwargs["model_response"]
-        response.choices[0].message.content = text  # type: ignore[union-attr]
+        response.choices[0].message.content = text
         response.model = model
         return response
 
-    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:  # type: ignore[override]
+    def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
         text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
         response: ModelResponse = kwargs["model_response"]
-        response.choices[0].message.content = text  # type: ignore[union-attr]
+        response.choices[0].message.content = text
         response.model = model
         return response
 
+    # litellm iterates what astreaming returns without awaiting it (an async generator), though
+    # its base class annotates a coroutine.
     async def astreaming(  # type: ignore[override]
-        self, model: str, messages: list, *args: Any, **kwargs: Any
+        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
     ) -> AsyncIterator[GenericStreamingChunk]:
         text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
         pieces = _WORDS.findall(text)

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any, Literal
 
 from botweave.adapter import Adapter
@@ -137,11 +138,11 @@ class App:
         for name, section in sections.items():
             if name not in self.adapters:
                 self.add_adapter(installed_platforms()[name].create(section))
-        durable = isinstance(self.store, RedisStore)
-        inbound = receive and not durable
-        if durable:
+        shared = self.store if isinstance(self.store, RedisStore) else None
+        inbound = receive and shared is None
+        if shared is not None:
             cfg = self.config.store
-            self.stream = InboundStream(self.store, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)  # type: ignore[arg-type]
+            self.stream = InboundStream(shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)
             await self.stream.ensure_group()
         for name, adapter in list(self.adapters.items()):
             self._explain_access(name)
@@ -151,7 +152,7 @@ class App:
                 log.error("platform %s failed to start: %s", name, exc)
                 self.adapters.pop(name)
                 self._platform_configs.pop(name)
-        if self.stream is not None and receive:
+        if shared is not None and self.stream is not None and receive:
             if self.role in ("all", "worker"):
                 # litellm takes seconds to import; doing it now, off the loop, keeps the first
                 # turn from stalling the lock and stream heartbeats.
@@ -160,7 +161,9 @@ class App:
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
-                        leader = PlatformLeader(name, lambda n=name: self._inbound_adapter(n, sections[n]), self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
+                        leader = PlatformLeader(
+                            name, partial(self._inbound_adapter, name, sections[name]), shared, self.config.store.lock_ttl_seconds
+                        )
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()

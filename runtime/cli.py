@@ -13,7 +13,8 @@ import signal
 import sys
 from typing import Any
 
-from botweave import __version__
+from botweave.runtime.app import Role
+from botweave.version import __version__
 
 log = logging.getLogger("botweave")
 
@@ -75,7 +76,7 @@ def _load(path: str | None) -> Any:
     return load_config(found)
 
 
-async def _serve(config: Any, platforms: list[str] | None, role: str = "all") -> int:
+async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -> int:
     from botweave.runtime.app import App
 
     if role != "all" and config.store.url.startswith("memory://"):

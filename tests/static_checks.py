@@ -37,16 +37,24 @@ def build_mirror() -> Path:
     return MIRROR
 
 
+def lint_imports() -> str:
+    """import-linter's command, installed next to this interpreter."""
+    found = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if found is None:
+        raise SystemExit("lint-imports is not installed: pip install -e '.[dev]'")
+    return found
+
+
 def main() -> int:
     mirror = build_mirror()
     env = {**os.environ, "PYTHONPATH": str(mirror), "MYPYPATH": str(mirror)}
     checks = [
-        [sys.executable, "-m", "importlinter.cli", "--config", str(ROOT / "pyproject.toml")],
+        [lint_imports(), str(ROOT / "pyproject.toml")],
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "botweave"],
     ]
     status = 0
     for command in checks:
-        print("+", " ".join(command[2:]), flush=True)
+        print("+", " ".join(Path(part).name if part.startswith("/") else part for part in command), flush=True)
         status |= subprocess.run(command, cwd=mirror, env=env).returncode
     return status
 

@@ -84,7 +84,8 @@ class RedisStore(Store):
         await self._redis.aclose()
 
     async def get(self, key: str) -> str | None:
-        return await self._redis.get(self._k(key))
+        value: str | None = await self._redis.get(self._k(key))
+        return value
 
     async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
         await self._redis.set(self._k(key), value, px=_ms(ttl))
@@ -111,7 +112,7 @@ class RedisStore(Store):
 
     async def window_add(self, key: str, now: float, window: float) -> int:
         member = f"{now!r}:{uuid.uuid4().hex[:8]}"  # equal timestamps are still separate events
-        return int(await self._window(keys=[self._k(key)], args=[now, now - window, member, _ms(window)]))
+        return int(await self._window(keys=[self._k(key)], args=[now, now - window, member, _ms(window) or 0]))
 
     async def keys(self, prefix: str) -> list[str]:
         found = []
