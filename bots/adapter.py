@@ -1,4 +1,4 @@
-"""What every platform adapter provides to the runtime (SPEC §2, §9).
+"""What every platform adapter provides to the runtime.
 
 An adapter owns one platform connection. Inbound, it turns SDK events into `BotMessage` /
 `PlatformEvent` and hands them to the sink the runtime bound to it; the sink returns quickly
@@ -107,7 +107,7 @@ class Adapter(ABC):
         """Show the typing indicator once; the runtime renews it every `typing_interval_s`."""
 
     def home_chat(self) -> str | None:
-        """The chat that the `<platform>` target (SPEC §9) resolves to, if configured."""
+        """The chat that the `<platform>` target resolves to, if configured."""
         return getattr(self.config, "home_chat", None) or None
 
 

@@ -1,4 +1,4 @@
-"""bot.yaml: environment substitution, validation and precise error messages (SPEC §4).
+"""bot.yaml: environment substitution, validation and precise error messages .
 
 Validation is pydantic's; what we add is (1) `${VAR}` / `${VAR:-default}` substitution that
 remembers which variables fed which field, so a missing token can be named, and (2) error
@@ -44,7 +44,8 @@ class Section(BaseModel):
 
 
 class LoopProtection(Section):
-    """Kept loose on purpose: SPEC §5 wants typos to fall back to defaults, not crash."""
+    """Kept loose on purpose: a typo in the loop guard's settings falls back to the defaults
+    instead of crashing the inbound path (see docs/architecture.md)."""
 
     model_config = ConfigDict(extra="allow")
 

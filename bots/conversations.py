@@ -1,4 +1,4 @@
-"""One turn at a time per conversation, many conversations at once (SPEC §2).
+"""One turn at a time per conversation, many conversations at once.
 
 asyncio.Lock hands itself to waiters in arrival order, so messages of one conversation are
 answered in the order they came; a lock exists only while someone holds or waits for it, so

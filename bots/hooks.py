@@ -1,4 +1,4 @@
-"""Hooks (SPEC §7): user code that observes, rewrites or stops the pipeline.
+"""Hooks: user code that observes, rewrites or stops the pipeline.
 
 Ordering is by priority (lower first; ties in registration order). Neighbouring hooks of the
 same mode form a group: a sequential group runs one by one and may deny, a parallel group runs

@@ -1,4 +1,4 @@
-"""Reply shaping (SPEC §8) as pure functions: silence, footer, chunking.
+"""Reply shaping as pure functions: silence, footer, chunking.
 
 Chunking counts in the platform's own unit (Telegram limits are UTF-16 code units, so an
 emoji counts twice) and keeps Markdown code fences valid in every chunk, because a fence left

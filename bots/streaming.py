@@ -1,4 +1,4 @@
-"""Streaming a reply by editing one message in place (SPEC §9).
+"""Streaming a reply by editing one message in place.
 
 The driver posts a message on the first text, then edits it as text grows, never sooner than
 `interval` after the previous edit. The streamed message *is* the final reply: `finish`

@@ -1,4 +1,4 @@
-"""Platform-neutral message and event types (SPEC §3, §9).
+"""Platform-neutral message and event types.
 
 Every adapter translates its SDK's objects into these, so the pipeline, policies, rooms and
 tests never need to know which platform a message came from.
@@ -18,7 +18,7 @@ _COMMAND = re.compile(r"^/([A-Za-z0-9_]+)(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re
 
 ChannelType = Literal["dm", "group", "channel", "thread"]
 
-# Keys adapters put into BotMessage.metadata so group gating (SPEC §6) can be decided once,
+# Keys adapters put into BotMessage.metadata so group gating can be decided once,
 # in the pipeline, from what each platform reports.
 META_MENTIONS_BOT = "mentions_bot"
 META_REPLY_TO_BOT = "reply_to_bot"

@@ -1,4 +1,4 @@
-"""Who may talk to the bot (SPEC §6): allowlists, then the unknown-user policy.
+"""Who may talk to the bot: allowlists, then the unknown-user policy.
 
 A pure decision so it is the same on every platform and testable without I/O. Pairing (the
 `pair` policy's code exchange) needs the store and lives with the pipeline that calls this.

@@ -1,4 +1,4 @@
-"""Group gating (SPEC §6): whether a group message is addressed to the bot.
+"""Group gating: whether a group message is addressed to the bot.
 
 Decided once here from what the adapter reported (mention, reply to the bot, command), so
 every platform behaves the same.

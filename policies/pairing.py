@@ -1,4 +1,4 @@
-"""Pairing (SPEC §6): a stranger gets a code, the owner approves it, the stranger is let in.
+"""Pairing: a stranger gets a code, the owner approves it, the stranger is let in.
 
 Codes are 8 characters from an alphabet without look-alikes (no 0/O/1/I), live for an hour,
 and are kept only as hashes, so a leaked store reveals no usable code. At most three codes

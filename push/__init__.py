@@ -1,4 +1,4 @@
-"""botweave push (SPEC §11): tell a person, on their own channel, when something needs them.
+"""botweave push: tell a person, on their own channel, when something needs them.
 
 `policy` decides (pure), `preferences` remembers what each person wants, `transports` deliver
 (platform DM or signed webhook), and `notifier` ties them together with counting and digests.

@@ -309,7 +309,7 @@ def digest_text(items: list[dict[str, Any]], level: DetailLevel) -> str:
 
 # ---------------------------------------------------------------------- trigger helpers
 
-# SPEC §10's mention form: letters, digits, `_`, `-`, `.`, not preceded by a word character or
+# The rooms' mention form: letters, digits, `_`, `-`, `.`, not preceded by a word character or
 # `@` (so `a@b.c` is not a mention). Kept local so push does not depend on rooms.
 _MENTION = re.compile(r"(?<![\w@])@([\w.\-]+)")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?…])\s+|\n+")

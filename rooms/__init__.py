@@ -1,4 +1,4 @@
-"""botweave rooms: several agents answering in turn in one conversation (SPEC §10, issue 7).
+"""botweave rooms: several agents answering in turn in one conversation.
 
 The planner is pure (roster + transcript in, next speaker out), the runtime persists the
 transcript in the store so restarts resume the same schedule, and the scheduler opens

@@ -1,7 +1,7 @@
 """Rooms bound to real channels: the runtime hands people's messages in, posts go out under
 each agent's own identity, and stand-ups kick off on schedule.
 
-A room's conversation is its target string (`platform:chat[:thread]`, SPEC §9), so a stored
+A room's conversation is its target string (`platform:chat[:thread]`), so a stored
 transcript names where it lives and a scheduled kickoff and a person's message in the same
 channel continue one activity.
 """
@@ -24,7 +24,7 @@ from botweave.types import AgentIdentity, BotMessage, MessageActionResult
 log = logging.getLogger(__name__)
 
 PostAs = Callable[[str, AgentIdentity, str], Awaitable[MessageActionResult]]
-"""`post_as(target, identity, text)`: deliver one agent turn to a SPEC §9 target."""
+"""`post_as(target, identity, text)`: deliver one agent turn to a target."""
 Posted = Callable[[str, str, str], Awaitable[None]]
 """`posted(room_name, speaker, text)`: told after each post (push triggers)."""
 Missed = Callable[[str, str], Awaitable[None]]

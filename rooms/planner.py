@@ -1,4 +1,4 @@
-"""Who speaks next in a room (SPEC §10): a pure function of the roster and the transcript.
+"""Who speaks next in a room: a pure function of the roster and the transcript.
 
 Nothing here reads a clock, a store or a random source. That is the whole point: the runtime
 persists the transcript, and a room restored from it after a restart asks the same question

@@ -1,4 +1,4 @@
-"""A room at run time (SPEC §10): take one opening message, then let the agents take turns.
+"""A room at run time: take one opening message, then let the agents take turns.
 
 Decisions made here, and why:
 - The transcript lives in the store (`room:<name>:transcript:<conversation>`, one JSON event

@@ -1,4 +1,4 @@
-"""Scheduled kickoffs for rooms (issue 7 part 5, SPEC §12) on APScheduler 3.
+"""Scheduled kickoffs for rooms on APScheduler 3.
 
 An occurrence is either fired (once) or recorded as missed, never fired late, and never both.
 APScheduler alone cannot guarantee that across restarts (its in-memory job store forgets

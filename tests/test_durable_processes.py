@@ -1,4 +1,4 @@
-"""botweave as separate processes on Redis, against the Telegram emulator (issue 8).
+"""botweave as separate processes on Redis, against the Telegram emulator.
 
 Each test starts real `botweave run` processes (ingress, workers, or all-in-one), kills or
 restarts them, and asserts what the Telegram user would see.

@@ -1,4 +1,4 @@
-"""Issue 9's "Done when", end to end: Bot API emulator ⇄ python-telegram-bot ⇄ TelegramAdapter
+"""Notifications end to end: Bot API emulator ⇄ python-telegram-bot ⇄ TelegramAdapter
 ⇄ App (rooms + push) ⇄ offline echo agents, plus a real HTTP webhook receiver.
 
 Every assertion is on what a person would receive: the DMs the emulator stored for their user

@@ -1,4 +1,4 @@
-"""SPEC §11 policy, as a table: categories, quiet windows, urgency, detail levels, zones."""
+"""The notification policy, as a table: categories, quiet windows, urgency, detail levels, zones."""
 
 from __future__ import annotations
 

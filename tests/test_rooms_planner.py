@@ -1,4 +1,4 @@
-"""The room planner (SPEC §10): mentions, rounds, caps, restarts, table-driven."""
+"""The room planner: mentions, rounds, caps, restarts, table-driven."""
 
 import pytest
 from botweave.rooms import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
