@@ -20,9 +20,9 @@ from botweave.agents import Agent, History, litellm_module
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Outbox
 from botweave.hooks import HookEvent, HookRegistry
-from botweave.policies import BotLoopGuard, BotLoopPolicy
 from botweave.policies.access_control import AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits
+from botweave.policies.loop_guard import BotLoopGuard
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.notifier import mention_triggers
 from botweave.redis_store import RedisStore
@@ -109,7 +109,7 @@ class App:
         """Attach an adapter (the registry does this in `start`; tests attach their own)."""
         name = adapter.platform
         policy = self.config.bot_config_for(name)
-        guard = BotLoopGuard(BotLoopPolicy.from_dict(policy.bot_loop_protection), self.store)
+        guard = BotLoopGuard(policy.bot_loop_protection, self.store)
         self.adapters[name] = adapter
         self._platforms[name] = Platform(adapter, policy, guard)
         adapter.bind(self.submit)

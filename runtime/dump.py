@@ -8,7 +8,7 @@ import yaml
 from botweave.runtime.config import Config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import redact_url
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
@@ -19,6 +19,8 @@ def _masked(value: Any, key: str = "") -> Any:
         return MASK if value.get_secret_value() else ""
     if key in _MASKED_FIELDS and value:
         return MASK
+    if isinstance(value, BaseModel):
+        return {k: _masked(v, k) for k, v in value}
     if isinstance(value, dict):
         return {k: _masked(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):

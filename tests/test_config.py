@@ -29,7 +29,7 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key; allowed keys:"),
         ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, telegram"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": "soon"}}, "bot.stream_edit_interval_ms: must be a whole number (got 'soon')"),
-        ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be greater than or equal to 0 (got -5)"),
+        ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be at least 0 (got -5)"),
         ({**AGENTS, "bot": {"streaming": "sometimes"}}, "bot.streaming: must be true or false (got 'sometimes')"),
         ({"agents": {"a": {"instructions": "hi"}}}, "agents.a.model: is required"),
         ({"agents": {"a": {"model": "m", "temperature": "hot"}}}, "agents.a.temperature: must be a number (got 'hot')"),
@@ -94,6 +94,20 @@ def test_platform_overrides_and_per_platform_defaults():
     assert telegram.streaming is True and telegram.footer is False
     assert telegram.unknown_user_policy == "pair"
     assert config.bot_config_for("console").unknown_user_policy == "allow"
+
+
+def test_nested_platform_overrides_stay_validated_sections():
+    config = load_config(
+        {
+            **AGENTS,
+            "bot": {"bot_loop_protection": {"max_events_per_window": 7}},
+            "platforms": {"console": {"user_rate_limit": {"messages": 2, "per_seconds": 5}}},
+        }
+    )
+    console = config.bot_config_for("console")
+    assert console.user_rate_limit is not None and console.user_rate_limit.per_seconds == 5.0
+    assert console.bot_loop_protection.max_events_per_window == 7
+    assert "max_events_per_window: 7" in dump_config(config)
 
 
 def test_secrets_never_appear_in_dumps_or_reprs():
