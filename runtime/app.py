@@ -71,13 +71,12 @@ class App:
         self.notifier = Notifier(
             self.preferences, self.push.transports(self.targets.send_direct), self.store, directory=self.push.recipients
         )
-        rooms = config.room_configs
         self.rooms = (
             RoomHub(
-                rooms, self.agents, self.store, self.targets.send_as, self.targets.conversation,
+                config.rooms, self.agents, self.store, self.targets.send_as, self.targets.conversation,
                 posted=self._room_posted, missed=self._room_missed,
             )
-            if rooms
+            if config.rooms
             else None
         )
         limits = config.admission

@@ -22,11 +22,13 @@ from botweave.config import (
     Section,
     StoreConfig,
     format_errors,
+    problem,
+    raise_problems,
     substitute_env,
 )
 from botweave.policies.config import AdmissionConfig
 from botweave.push.preferences import PushConfig, parse_push_config
-from botweave.rooms.config import RoomConfig
+from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
 
@@ -47,7 +49,7 @@ class Config(Section):
     routes: list[RouteConfig] = Field(default_factory=list)
     store: StoreConfig = Field(default_factory=StoreConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
-    rooms: dict[str, Any] = Field(default_factory=dict)
+    rooms: Rooms = Field(default_factory=dict)
     push: dict[str, Any] = Field(default_factory=dict)
     schedules: dict[str, Any] = Field(default_factory=dict)
 
@@ -55,29 +57,30 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _references_exist(self) -> Config:
+        """Names used in one section must be defined in another; each miss at its own path."""
         if not self.agents:
             raise ValueError("at least one agent is required under `agents:`")
+        agents = ", ".join(sorted(self.agents))
+        rooms = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
+        problems = []
         for i, route in enumerate(self.routes):
             if route.agent is not None and route.agent not in self.agents:
-                raise ValueError(
-                    f"routes.{i}.agent: unknown agent {route.agent!r}; defined agents: "
-                    + ", ".join(sorted(self.agents))
+                problems.append(
+                    problem(("routes", i, "agent"), f"unknown agent {route.agent!r}; defined agents: {agents}")
                 )
             if route.room is not None and route.room not in self.rooms:
-                known = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
-                raise ValueError(f"routes.{i}.room: unknown room {route.room!r}; defined rooms: {known}")
-        for name, room in self.room_configs.items():
+                problems.append(problem(("routes", i, "room"), f"unknown room {route.room!r}; defined rooms: {rooms}"))
+        for name, room in self.rooms.items():
             missing = [member for member in room.roster if member not in self.agents]
             if missing:
-                raise ValueError(
-                    f"rooms.{name}.roster: {', '.join(missing)} not defined under `agents:`; "
-                    f"defined agents: {', '.join(sorted(self.agents))}"
+                problems.append(
+                    problem(
+                        ("rooms", name, "roster"),
+                        f"{', '.join(missing)} not defined under `agents:`; defined agents: {agents}",
+                    )
                 )
+        raise_problems(type(self).__name__, problems)
         return self
-
-    @cached_property
-    def room_configs(self) -> dict[str, RoomConfig]:
-        return {str(name): RoomConfig.from_dict(str(name), data) for name, data in self.rooms.items()}
 
     @cached_property
     def push_config(self) -> PushConfig:

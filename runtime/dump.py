@@ -39,7 +39,9 @@ def dump_config(config: Config) -> str:
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
     data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
-    for extra in ("rooms", "push", "schedules"):
+    if config.rooms:
+        data["rooms"] = {name: room.model_dump(mode="json") for name, room in config.rooms.items()}
+    for extra in ("push", "schedules"):
         if getattr(config, extra):
             data[extra] = _masked(getattr(config, extra))
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

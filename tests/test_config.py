@@ -40,11 +40,39 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "store": {"url": "postgres://x"}}, "store.url: must start with memory:// or redis://"),
         ({**AGENTS, "platforms": {"slack": {"mode": "carrier-pigeon"}}}, "platforms.slack.mode: must be one of socket, http (got 'carrier-pigeon')"),
         ({**AGENTS, "agents": ["a"]}, "agents: must be a mapping of keys to values (got list)"),
+        ({**AGENTS, "rooms": {"team": {"roster": ["a", "b"]}}}, "rooms.team.roster: b not defined under `agents:`; defined agents: a"),
+        ({**AGENTS, "rooms": {"team": {"agents": "a b"}}}, "rooms.team.agents: must be a list of agent names, e.g. agents: [a, b]"),
+        ({**AGENTS, "rooms": {"team": {"roster": ["a"], "max_rounds": 0}}}, "rooms.team.max_rounds: must be at least 1 (got 0)"),
+        ({**AGENTS, "rooms": {"": {"roster": ["a"]}}}, "rooms: a room needs a non-empty name (got '')"),
+        ({**AGENTS, "rooms": ["team"]}, "rooms: must be a mapping of keys to values (got list)"),
+        ({**AGENTS, "routes": [{"room": "team"}]}, "routes.0.room: unknown room 'team'; defined rooms: none defined under `rooms:`"),
     ],
 )
 def test_each_config_error_names_the_field_and_the_fix(data, expected):
     found = problems(data)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_broken_reference_is_reported_at_its_own_path():
+    found = problems(
+        {
+            **AGENTS,
+            "rooms": {"team": {"roster": ["a", "ghost"]}},
+            "routes": [{"agent": "b"}, {"room": "team"}, {"room": "lobby"}],
+        }
+    )
+    assert found == [
+        "routes.0.agent: unknown agent 'b'; defined agents: a",
+        "routes.2.room: unknown room 'lobby'; defined rooms: team",
+        "rooms.team.roster: ghost not defined under `agents:`; defined agents: a",
+    ]
+
+
+def test_rooms_are_typed_and_named_by_their_key():
+    config = load_config({**AGENTS, "rooms": {"team": {"agents": ["a"], "max_rounds": 2}}})
+    room = config.rooms["team"]
+    assert (room.name, room.roster, room.max_rounds) == ("team", ("a",), 2)
+    assert "max_rounds: 2" in dump_config(config) and "name: team" not in dump_config(config)
 
 
 def test_broken_yaml_file_is_reported_with_its_path(tmp_path):
