@@ -25,6 +25,7 @@ from botweave.policies.admission import Admission, AdmissionLimits
 from botweave.policies.loop_guard import BotLoopGuard
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.notifier import mention_triggers
+from botweave.push.preferences import PreferenceStore
 from botweave.redis_store import RedisStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
@@ -66,10 +67,10 @@ class App:
         self._started_at = time.monotonic()
         self.targets = Targets(self.adapters)
         self.access = AccessControl(self.store)
-        self.push = config.push_config
-        self.preferences = self.push.preference_store(self.store)
+        self.push = config.push
+        self.preferences = PreferenceStore.from_config(self.store, self.push)
         self.notifier = Notifier(
-            self.preferences, self.push.transports(self.targets.send_direct), self.store, directory=self.push.recipients
+            self.preferences, self.push.transports(self.targets.send_direct), self.store, directory=self.push.directory
         )
         self.rooms = (
             RoomHub(
@@ -152,7 +153,7 @@ class App:
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
-        if self.push.recipients:
+        if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
 

@@ -1,6 +1,13 @@
 """The whole bot.yaml. Each section's model belongs to the package it configures (platform
 sections to their adapters, `admission:` to policies, `rooms:` to rooms, `push:` to push);
-this module puts them together, checks what refers to what, and loads the file.
+this module puts them together, checks what refers to what, and loads the file. Every
+section is parsed once, here, into its typed model; the rest of the runtime reads those.
+
+Some checks need to know what the runtime knows and a feature does not (a feature never
+imports the runtime): `load_config` passes the installed platform names as the validation
+context's `platforms`, which `push.recipients` keys are checked against. The context rather
+than a check in `Config`'s own validator, so that a recipient on an unknown platform is
+reported together with every other problem instead of after they are fixed.
 """
 
 from __future__ import annotations
@@ -8,11 +15,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from botweave.config import (
     AgentConfig,
     BotConfig,
@@ -27,7 +33,7 @@ from botweave.config import (
     substitute_env,
 )
 from botweave.policies.config import AdmissionConfig
-from botweave.push.preferences import PushConfig, parse_push_config
+from botweave.push.config import PushConfig
 from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
@@ -50,7 +56,7 @@ class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     rooms: Rooms = Field(default_factory=dict)
-    push: dict[str, Any] = Field(default_factory=dict)
+    push: PushConfig = Field(default_factory=PushConfig)
     schedules: dict[str, Any] = Field(default_factory=dict)
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
@@ -81,10 +87,6 @@ class Config(Section):
                 )
         raise_problems(type(self).__name__, problems)
         return self
-
-    @cached_property
-    def push_config(self) -> PushConfig:
-        return parse_push_config(self.push, platforms=installed_platforms())
 
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
@@ -141,10 +143,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     refs: dict[str, list[str]] = {}
     data = substitute_env(raw, os.environ if env is None else env, refs=refs)
     try:
-        config = Config.model_validate(data)
+        config = Config.model_validate(data, context={"platforms": tuple(installed_platforms())})
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, Config)) from None
-    config.push_config  # noqa: B018 - parsing it here reports each push.* problem at load time
     config._env_refs = refs
     return config
 

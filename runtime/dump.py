@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from botweave.runtime.config import Config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import redact_url
@@ -41,7 +41,8 @@ def dump_config(config: Config) -> str:
     data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
     if config.rooms:
         data["rooms"] = {name: room.model_dump(mode="json") for name, room in config.rooms.items()}
-    for extra in ("push", "schedules"):
-        if getattr(config, extra):
-            data[extra] = _masked(getattr(config, extra))
+    if "push" in config.model_fields_set:
+        data["push"] = _masked(config.push.model_dump(mode="json", exclude_unset=True))
+    if config.schedules:
+        data["schedules"] = _masked(config.schedules)
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
