@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -149,7 +150,8 @@ class App:
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
-                        leader = PlatformLeader(name, lambda n=name: self._inbound_adapter(n, sections[n]), self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
+                        make = functools.partial(self._inbound_adapter, name, sections[name])
+                        leader = PlatformLeader(name, make, self.store, self.config.store.lock_ttl_seconds)  # type: ignore[arg-type]
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
