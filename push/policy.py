@@ -209,7 +209,7 @@ class NotificationPreference:
         )
 
 
-#: SPEC §11: approval requests and agents' questions, identified, no quiet hours.
+#: Approval requests and agents' questions, identified, no quiet hours.
 DEFAULT_PREFERENCE = NotificationPreference()
 
 
@@ -251,7 +251,7 @@ def evaluate(
     content: str | None = None,
     identity: str | None = None,
 ) -> NotificationDecision:
-    """Decide whether one notification goes out now and what it may say (SPEC §11).
+    """Decide whether one notification goes out now and what it may say.
 
     Order: an unsubscribed category is never sent (urgency does not override an opt-out);
     inside quiet hours only an urgent event goes out, and only if the recipient lets urgent

@@ -69,7 +69,7 @@ class DirectMessageTransport:
     """A DM on the recipient's own platform through the adapters' `send_direct`.
 
     No retries here: the adapters' outbound path already retries transient errors and
-    refuses to resend what may have been delivered (SPEC §9).
+    refuses to resend what may have been delivered.
     """
 
     name = "dm"

@@ -1,4 +1,4 @@
-"""The runtime: wires adapters, the inbound pipeline, agents and delivery together (SPEC §2).
+"""The runtime: wires adapters, the inbound pipeline, agents and delivery together.
 
 Adapters hand items to `submit`, which returns at once (platforms want a fast ack) and runs
 `handle` in a task. `handle` takes the conversation's lock *before* its first await, so the
@@ -252,7 +252,7 @@ class App:
         identity: str | None = None,
         urgent: bool = False,
     ) -> list[NotificationOutcome]:
-        """Tell people something needs them (approvals, questions; SPEC §11), honouring each
+        """Tell people something needs them (approvals, questions), honouring each
         person's categories, quiet hours and detail level."""
         return await self.notifier.notify(NotificationCategory(category), list(recipients), content, identity, urgent)
 
@@ -277,7 +277,7 @@ class App:
             except Exception:
                 log.exception("delivering notification digests failed; will retry")
 
-    # --- outbound to a target (SPEC §9) ------------------------------------------------------
+    # --- outbound to a target ---------------------------------------------------------------
 
     def resolve_target(self, target: str, origin: BotMessage | None = None) -> Resolved | None:
         """`origin`, `<platform>`, `<platform>:<chat>` or `<platform>:<chat>:<thread>`."""

@@ -10,7 +10,7 @@ from botweave.policies.pairing import ALPHABET, CODE_LENGTH, Pairing, new_code
 from botweave.runtime.config import load_config
 from botweave.store import MemoryStore
 
-# --- bot-loop guard (SPEC §5) -----------------------------------------------------------------
+# --- bot-loop guard ---------------------------------------------------------------------------
 
 
 async def test_twenty_events_pass_and_the_twenty_first_trips():
@@ -100,7 +100,7 @@ async def test_guard_state_is_shared_through_the_store():
     assert not await worker_b.observe("x", "y", 3)  # b sees a's cooldown
 
 
-# --- pairing (SPEC §6) ------------------------------------------------------------------------
+# --- pairing -----------------------------------------------------------------------------------
 
 
 class Clock:

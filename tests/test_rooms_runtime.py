@@ -1,4 +1,4 @@
-"""The room runtime (SPEC §10): real offline agents, serialised drains, persistence."""
+"""The room runtime: real offline agents, serialised drains, persistence."""
 
 import asyncio
 import json
