@@ -28,7 +28,6 @@ from pydantic import (
     SecretStr,
     ValidationError,
     ValidationInfo,
-    ValidatorFunctionWrapHandler,
     create_model,
     field_validator,
     model_validator,
@@ -98,11 +97,11 @@ class BotLoopPolicy(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _mapping_or_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            if data is not None and not isinstance(data, BotLoopPolicy):
-                log.warning("bot_loop_protection: expected a mapping, got %r; using the defaults", data)
-                return {}
+        if data is None or isinstance(data, BotLoopPolicy):
             return {} if data is None else data
+        if not isinstance(data, Mapping):
+            log.warning("bot_loop_protection: expected a mapping, got %r; using the defaults", data)
+            return {}
         unknown = sorted(str(key) for key in data if key not in cls.model_fields)
         if unknown:
             log.warning(
@@ -111,16 +110,17 @@ class BotLoopPolicy(BaseModel):
             )
         return data
 
-    @field_validator("enabled", mode="wrap")
+    @field_validator("enabled", mode="plain")
     @classmethod
-    def _bool_or_default(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    def _bool_or_default(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, bool):
             return value
         return _fall_back(info.field_name, value, "true or false")
 
-    @field_validator("max_events_per_window", "window_seconds", "cooldown_seconds", mode="wrap")
+    @field_validator("max_events_per_window", "window_seconds", "cooldown_seconds", mode="plain")
     @classmethod
-    def _number_or_default(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    def _number_or_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """Never raises: anything that is not a usable number becomes the field's default."""
         name = info.field_name or ""
         number: float | None = None
         if not isinstance(value, bool):

@@ -200,13 +200,17 @@ class RoomConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _one_roster_key(cls, data: Any) -> Any:
-        """`roster:` and `agents:` mean the same; one of them, as a list, is required."""
+        """`roster:` and `agents:` mean the same; one of them, as a list, is required. An empty
+        `planner:` or `timezone:` means the default, as it always has."""
         if data is None:
             data = {}
+        if isinstance(data, RoomConfig):
+            return data
         if not isinstance(data, Mapping):
             raise ValueError("must be a mapping with at least `roster: [agent, ...]`")
         if "roster" in data and "agents" in data:
             raise ValueError("give either `roster:` or `agents:` (they mean the same), not both")
+        data = {k: v for k, v in data.items() if not (k in ("planner", "timezone") and v is None)}
         key = "agents" if "agents" in data else "roster"
         roster = data.get(key)
         if isinstance(roster, (str, Mapping)) or not isinstance(roster, Sequence):
@@ -289,12 +293,18 @@ class RoomConfig(Section):
 
 def _named_by_key(value: Any) -> Any:
     """Each room is named by its key under `rooms:`; the key is handed to the model as its
-    `name`, so a room block does not repeat it."""
+    `name`, so a room block does not repeat it. `rooms:` with every room commented out reads
+    as null, which means no rooms."""
+    if value is None:
+        return {}
     if not isinstance(value, Mapping):
         return value
     problems = []
     rooms: dict[Any, Any] = {}
     for key, block in value.items():
+        if isinstance(block, RoomConfig):
+            rooms[key] = block
+            continue
         if not isinstance(key, str) or not key.strip():
             problems.append(problem((), f"a room needs a non-empty name (got {key!r})", key))
             continue

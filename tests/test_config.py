@@ -69,6 +69,7 @@ def test_every_broken_reference_is_reported_at_its_own_path():
 
 
 def test_rooms_are_typed_and_named_by_their_key():
+    assert load_config({**AGENTS, "rooms": None, "push": None}).rooms == {}  # every entry commented out
     config = load_config({**AGENTS, "rooms": {"team": {"agents": ["a"], "max_rounds": 2}}})
     room = config.rooms["team"]
     assert (room.name, room.roster, room.max_rounds) == ("team", ("a",), 2)

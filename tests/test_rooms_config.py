@@ -25,6 +25,16 @@ def test_defaults():
     assert room.misfire_grace_seconds == 300
 
 
+def test_empty_planner_or_zone_means_the_default():
+    room = RoomConfig.from_dict("team", {"roster": ["a"], "planner": None, "timezone": None})
+    assert (room.planner, room.timezone) == ("round_robin", "UTC")
+
+
+def test_a_built_room_validates_as_itself():
+    room = RoomConfig(name="team", roster=("a",))
+    assert RoomConfig.model_validate(room) is room
+
+
 def test_agents_is_an_alias_of_roster():
     assert RoomConfig.from_dict("team", {"agents": ["a", "b"]}) == RoomConfig(name="team", roster=("a", "b"))
 
@@ -70,7 +80,7 @@ ERRORS = [
     ("standup", {"roster": ["a"], "name": "standup"}, "rooms.standup.name: a room is named by its key; remove `name:`"),
     ("standup", {"agents": None}, "rooms.standup.agents: required, e.g. agents: [planner, researcher]"),
     ("standup", {"roster": [1]}, "rooms.standup.roster.0: must be text (got 1)"),
-    ("standup", {"roster": ["a"], "planner": None}, "rooms.standup.planner: must be text (got None)"),
+    ("standup", {"roster": ["a"], "planner": 3}, "rooms.standup.planner: must be text (got 3)"),
     ("standup", {**STANDUP, "target": "123"}, "rooms.standup.target: must be written <platform>:<id>, e.g. discord:"),
     ("standup", {"roster": ["a"], "owner": "boss"}, "rooms.standup.owner: must be written <platform>:<id>, e.g. telegram:"),
     ("standup", {**STANDUP, "misfire_grace_seconds": "soon"}, "rooms.standup.misfire_grace_seconds: must be a number (got 'soon')"),
