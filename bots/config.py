@@ -1,28 +1,38 @@
-"""bot.yaml: environment substitution, validation and precise error messages .
+"""bot.yaml: environment substitution, validation and precise error messages.
 
 Validation is pydantic's; what we add is (1) `${VAR}` / `${VAR:-default}` substitution that
 remembers which variables fed which field, so a missing token can be named, and (2) error
 messages that say the field path and what is allowed, because a user fixing a YAML file needs
 the place and the fix, not a traceback.
+
+Every section of bot.yaml is a pydantic model owned by the package it configures; a check
+that spans several fields reports each problem at its own path with `raise_problems`, so one
+run of `botweave check` lists everything there is to fix.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, Optional
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +53,94 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class LoopProtection(Section):
-    """Kept loose on purpose: a typo in the loop guard's settings falls back to the defaults
-    instead of crashing the inbound path (see docs/architecture.md)."""
+#: The error type of `problem`: its message is already the whole explanation.
+PROBLEM = "botweave_config"
 
-    model_config = ConfigDict(extra="allow")
+
+def problem(loc: tuple[str | int, ...], message: str, value: Any = None) -> InitErrorDetails:
+    """One problem at `loc`, relative to the model being validated; see `raise_problems`."""
+    return InitErrorDetails(type=PydanticCustomError(PROBLEM, message), loc=loc, input=value)
+
+
+def raise_problems(title: str, problems: Iterable[InitErrorDetails]) -> None:
+    """Report several problems from one validator, each at its own path.
+
+    A validator that raises ValueError pins its message on the model it checks; raising a
+    ValidationError instead keeps every line's own location, which pydantic prefixes with
+    where the model sits. So `routes.2.agent: unknown agent` and `rooms.x.roster: ...` come
+    out as separate lines at their real paths, all in one run.
+    """
+    found = list(problems)
+    if found:
+        raise ValidationError.from_exception_data(title, found)
+
+
+class BotLoopPolicy(BaseModel):
+    """How long two bots may talk to each other: a budget of events per sliding window per
+    pair of bots, and a cooldown once it is spent.
+
+    Built tolerantly, unlike every other section: the guard sits on the inbound path, and a
+    typo in its settings must not stop the bot from starting or answering. Unknown keys are
+    ignored, a value that is not a number falls back to that field's default (with a
+    warning naming the field), and a budget below 1 counts as 1. It lives in the kernel
+    because `BotConfig.bot_loop_protection` is typed with it and the kernel imports no
+    feature; `botweave.policies` hands it on next to the guard that reads it.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    enabled: bool = True
+    max_events_per_window: int = 20
+    window_seconds: float = 60.0
+    cooldown_seconds: float = 60.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mapping_or_defaults(cls, data: Any) -> Any:
+        if data is None or isinstance(data, BotLoopPolicy):
+            return {} if data is None else data
+        if not isinstance(data, Mapping):
+            log.warning("bot_loop_protection: expected a mapping, got %r; using the defaults", data)
+            return {}
+        unknown = sorted(str(key) for key in data if key not in cls.model_fields)
+        if unknown:
+            log.warning(
+                "bot_loop_protection: ignoring unknown key(s) %s; known: %s",
+                ", ".join(unknown), ", ".join(cls.model_fields),
+            )
+        return data
+
+    @field_validator("enabled", mode="plain")
+    @classmethod
+    def _bool_or_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool):
+            return value
+        return _fall_back(info.field_name, value, "true or false")
+
+    @field_validator("max_events_per_window", "window_seconds", "cooldown_seconds", mode="plain")
+    @classmethod
+    def _number_or_default(cls, value: Any, info: ValidationInfo) -> Any:
+        """Never raises: anything that is not a usable number becomes the field's default."""
+        name = info.field_name or ""
+        number: float | None = None
+        if not isinstance(value, bool):
+            try:
+                number = float(value)
+            except (TypeError, ValueError, OverflowError):
+                number = None
+        if number is None or not math.isfinite(number):
+            return _fall_back(name, value, "a number")
+        if name == "max_events_per_window":
+            return max(1, int(number))
+        if number < 0 or (number == 0 and name == "window_seconds"):
+            return _fall_back(name, value, "a positive number of seconds")
+        return number
+
+
+def _fall_back(name: str | None, value: Any, expected: str) -> Any:
+    default = BotLoopPolicy.model_fields[str(name)].default
+    log.warning("bot_loop_protection.%s: %r is not %s; using the default %r", name, value, expected, default)
+    return default
 
 
 class UserRateLimit(Section):
@@ -69,7 +162,7 @@ class BotConfig(Section):
     allow_silence: bool = False
     silence_token: Optional[str] = None
     allow_bots: bool = False
-    bot_loop_protection: Optional[dict[str, Any]] = None
+    bot_loop_protection: BotLoopPolicy = Field(default_factory=BotLoopPolicy)
     user_rate_limit: Optional[UserRateLimit] = None
 
     @field_validator("allowed_users", "allowed_chats", mode="before")
@@ -127,9 +220,13 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
         return missing
 
     def bot_config(self, defaults: BotConfig) -> BotConfig:
-        """The effective BotConfig: the `bot:` block with this platform's overrides on top."""
+        """The effective BotConfig: the `bot:` block with this platform's overrides on top.
+
+        Values are taken as validated, not dumped: a nested section (`user_rate_limit`,
+        `bot_loop_protection`) must stay a model, because `model_copy` does not validate.
+        """
         overrides = {
-            k: v for k, v in self.model_dump(include=set(BotConfig.model_fields)).items() if v is not None
+            name: value for name in BotConfig.model_fields if (value := getattr(self, name)) is not None
         }
         merged = defaults.model_copy(update=overrides)
         if merged.unknown_user_policy is None:
@@ -221,13 +318,27 @@ def substitute_env(
 
 
 def _loc(parts: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in parts if not str(p).startswith(("function-", "literal[")))
+    """The YAML path of an error: pydantic's own markers (a union branch, a dict key's
+    `[key]` step) are left out, so a bad key reads `push.recipients.fax:42`."""
+    return ".".join(
+        str(p) for p in parts if not str(p).startswith(("function-", "literal[")) and str(p) != "[key]"
+    )
+
+
+_BOUNDS = {
+    "greater_than_equal": ("ge", "must be at least {}"),
+    "greater_than": ("gt", "must be greater than {}"),
+    "less_than_equal": ("le", "must be at most {}"),
+    "less_than": ("lt", "must be less than {}"),
+}
 
 
 def _describe(error: Any, model_fields: list[str] | None) -> str:
     kind = error["type"]
     got = error.get("input")
     ctx = error.get("ctx") or {}
+    if kind == PROBLEM:
+        return str(error["msg"])
     if kind == "literal_error":
         allowed = ctx.get("expected", "").replace("'", "").replace(" or ", ", ")
         return f"must be one of {allowed} (got {got!r})"
@@ -244,38 +355,87 @@ def _describe(error: Any, model_fields: list[str] | None) -> str:
         return f"must be true or false (got {got!r})"
     if kind in ("string_type",):
         return f"must be text (got {got!r})"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
+    if kind in ("dict_type", "model_type", "model_attributes_type", "dataclass_type"):
         return f"must be a mapping of keys to values (got {type(got).__name__})"
-    if kind == "list_type":
+    if kind in ("list_type", "tuple_type", "set_type", "frozen_set_type"):
         return f"must be a list (got {type(got).__name__})"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        return f"{error['msg'].replace('Input should be', 'must be')} (got {got!r})"
+    if kind in _BOUNDS:
+        key, template = _BOUNDS[kind]
+        return f"{template.format(ctx.get(key))} (got {got!r})"
     if kind == "value_error":
         return str(ctx.get("error", error["msg"]))
     return f"{error['msg']} (got {got!r})"
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str] | None:
-    """The keys allowed where an unknown key was found, so the message can list them."""
-    current: Any = model
-    for part in loc[:-1]:
-        if isinstance(current, type) and issubclass(current, BaseModel) and part in current.model_fields:
-            annotation = current.model_fields[str(part)].annotation
-            args = getattr(annotation, "__args__", ())
-            models = [a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)]
-            current = models[0] if models else None
+def _branches(annotation: Any) -> list[Any]:
+    """The types an annotation may hold: `Optional[X]` and `Annotated[X, ...]` unwrapped."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _branches(typing.get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [b for arg in typing.get_args(annotation) for b in _branches(arg)]
+    return [annotation]
+
+
+def _is_model(candidate: Any) -> bool:
+    return isinstance(candidate, type) and issubclass(candidate, BaseModel)
+
+
+def _keys(model: type[BaseModel]) -> dict[str, str]:
+    """YAML key → field name, aliases included. A field excluded from dumps (a room's name,
+    which is its key under `rooms:`) is not a key anyone writes, so it is not offered."""
+    keys: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        if info.exclude:
+            continue
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            for choice in alias.choices:
+                if isinstance(choice, str):
+                    keys[choice] = name
         else:
-            return None
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
+            keys[alias if isinstance(alias, str) else info.alias or name] = name
+    return keys
+
+
+def _step(annotation: Any, part: int | str) -> Any:
+    """The annotation one path step below `annotation`, or None when the path leaves it."""
+    for branch in _branches(annotation):
+        if _is_model(branch):
+            name = _keys(branch).get(str(part))
+            if name is not None:
+                return branch.model_fields[name].annotation
+            continue
+        origin = typing.get_origin(branch)
+        args = typing.get_args(branch)
+        if origin in (dict, Mapping) and len(args) == 2 and isinstance(part, str):
+            return args[1]
+        if origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
+            return args[0]
     return None
 
 
-def format_errors(exc: ValidationError, model: type[BaseModel]) -> list[str]:
+def _fields_at(root: Any, loc: tuple[int | str, ...]) -> list[str] | None:
+    """The keys allowed where an unknown key was found, so the message can list them."""
+    current: Any = root
+    for part in loc[:-1]:
+        if str(part) == "[key]" or str(part).startswith(("function-", "literal[")):
+            continue
+        current = _step(current, part)
+        if current is None:
+            return None
+    models = [branch for branch in _branches(current) if _is_model(branch)]
+    return list(_keys(models[0])) if models else None
+
+
+def format_errors(exc: ValidationError, model: Any, prefix: str = "") -> list[str]:
+    """One `path: message` line per problem. `model` is the model or annotation that was
+    validated (it tells which keys an unknown key could have been); `prefix` is where that
+    sits in bot.yaml when it is validated on its own, e.g. `push`."""
     problems = []
     for error in exc.errors():
         loc = tuple(error["loc"])
         message = _describe(error, _fields_at(model, loc) if error["type"] == "extra_forbidden" else None)
-        where = _loc(loc)
+        where = ".".join(part for part in (prefix, _loc(loc)) if part)
         problems.append(f"{where}: {message}" if where else message)
     return problems

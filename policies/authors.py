@@ -9,7 +9,7 @@ import logging
 import time
 
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
-from botweave.policies.loop_guard import BotLoopGuard, BotLoopPolicy
+from botweave.policies.loop_guard import BotLoopGuard
 from botweave.store import Store
 
 log = logging.getLogger(__name__)
@@ -24,8 +24,7 @@ class AuthorScreen:
     def guard(self, inbound: Inbound) -> BotLoopGuard:
         platform = inbound.message.platform
         if platform not in self._guards:
-            policy = BotLoopPolicy.from_dict(inbound.config.bot_loop_protection)
-            self._guards[platform] = BotLoopGuard(policy, self._store)
+            self._guards[platform] = BotLoopGuard(inbound.config.bot_loop_protection, self._store)
         return self._guards[platform]
 
     async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:

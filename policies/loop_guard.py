@@ -1,4 +1,4 @@
-"""The bot-loop guard (SPEC §5): two bots may talk, but not forever.
+"""The bot-loop guard: two bots may talk, but not forever.
 
 Each unordered pair of bots gets a budget of events per sliding window; exceeding it starts a
 cooldown during which their messages are dropped before any agent runs.
@@ -6,47 +6,19 @@ cooldown during which their messages are dropped before any agent runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
-
+from botweave.config import BotLoopPolicy
 from botweave.store import MemoryStore, Store
 
+__all__ = ["BotLoopGuard", "BotLoopPolicy"]
 
-@dataclass(frozen=True, slots=True)
-class BotLoopPolicy:
-    enabled: bool = True
-    max_events_per_window: int = 20
-    window_seconds: float = 60.0
-    cooldown_seconds: float = 60.0
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> BotLoopPolicy:
-        """Tolerant on purpose: a typo in config must not crash the inbound path."""
-        if not data:
-            return cls()
-        defaults = cls()
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = data.get(f.name, getattr(defaults, f.name))
-            default = getattr(defaults, f.name)
-            if f.name == "enabled":
-                values[f.name] = raw if isinstance(raw, bool) else default
-                continue
-            try:
-                number = float(raw)
-            except (TypeError, ValueError):
-                number = float(default)
-            if number != number:  # NaN
-                number = float(default)
-            values[f.name] = number
-        values["max_events_per_window"] = max(1, int(values["max_events_per_window"]))
-        return cls(**values)
+# BotLoopPolicy, the guard's settings, is defined in the kernel's config module: it is the
+# type of `BotConfig.bot_loop_protection`, and the kernel may not import this package. It is
+# handed on from here because this is where the guard that reads it lives.
 
 
 class BotLoopGuard:
     """Keeps its windows and cooldowns in the store, so every worker spends one shared budget
-    per pair of bots (SPEC §5, §12)."""
+    per pair of bots."""
 
     def __init__(self, policy: BotLoopPolicy | None = None, store: Store | None = None) -> None:
         self.policy = policy or BotLoopPolicy()

@@ -4,6 +4,14 @@
 (platform DM or signed webhook), and `notifier` ties them together with counting and digests.
 """
 
+from botweave.push.config import (
+    PreferenceConfig,
+    PushConfig,
+    RecipientConfig,
+    WebhookSettings,
+    parse_push_config,
+    parse_quiet_hours,
+)
 from botweave.push.model import DM_TRANSPORT, PushMessage, Recipient
 from botweave.push.notifier import (
     NotificationOutcome,
@@ -27,12 +35,8 @@ from botweave.push.policy import (
 from botweave.push.preferences import (
     NotifyCommandResult,
     PreferenceStore,
-    PushConfig,
-    WebhookSettings,
     describe_preference,
     handle_notify_command,
-    parse_push_config,
-    parse_quiet_hours,
 )
 from botweave.push.transports import (
     DELIVERY_ID_HEADER,
@@ -62,10 +66,12 @@ __all__ = [
     "NotificationPreference",
     "Notifier",
     "NotifyCommandResult",
+    "PreferenceConfig",
     "PreferenceStore",
     "PushConfig",
     "PushMessage",
     "Recipient",
+    "RecipientConfig",
     "SendDirect",
     "Transport",
     "WebhookSettings",

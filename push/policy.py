@@ -1,4 +1,4 @@
-"""Who is told what, and when (SPEC §11): the pure notification policy.
+"""Who is told what, and when: the pure notification policy.
 
 `evaluate` is a pure function of the category, the recipient's preference and the time, so
 the same decision can be made by any worker and tested as a table. Everything that talks to
@@ -15,14 +15,17 @@ Time rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, time, timezone
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Any, Literal, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pydantic import AfterValidator, BeforeValidator, field_validator, model_validator
+from pydantic.dataclasses import dataclass as validated_dataclass
+
 __all__ = [
+    "Category",
     "DEFAULT_PREFERENCE",
     "DetailLevel",
     "DecisionReason",
@@ -30,6 +33,8 @@ __all__ = [
     "NotificationDecision",
     "NotificationPreference",
     "PRIVATE_TEXT",
+    "Detail",
+    "ZoneName",
     "evaluate",
     "format_time",
     "load_zone",
@@ -99,43 +104,53 @@ def format_time(value: time) -> str:
     return value.strftime("%H:%M:%S" if value.second else "%H:%M")
 
 
-def _categories(values: Iterable[NotificationCategory | str]) -> frozenset[NotificationCategory]:
-    if isinstance(values, str):  # a lone string would otherwise be split into letters
-        values = [values]
-    return frozenset(NotificationCategory.parse(v) for v in values)
+def _zone_name(name: Any) -> str:
+    return load_zone(name).key
 
 
-@dataclass(frozen=True)
+def _naive(value: time | None) -> time | None:
+    if value is not None and value.tzinfo is not None:
+        raise ValueError("must be a wall-clock time without a zone; set `timezone`")
+    return value
+
+
+#: A category as users write it (`agent-question`, `Agent_Question`), checked by name.
+Category = Annotated[NotificationCategory, BeforeValidator(NotificationCategory.parse)]
+#: A detail level as users write it, in any case.
+Detail = Annotated[DetailLevel, BeforeValidator(DetailLevel.parse)]
+#: An IANA time zone name, checked against the zone database.
+ZoneName = Annotated[str, BeforeValidator(_zone_name)]
+_WallClock = Annotated[Optional[time], AfterValidator(_naive)]
+
+
+@validated_dataclass(frozen=True)
 class NotificationPreference:
-    """One recipient's settings. Validated at construction, so a preference that exists can be
-    evaluated without further checks (an unknown zone fails here, at load time)."""
+    """One recipient's settings. Validated at construction (and on `dataclasses.replace`), so
+    a preference that exists can be evaluated without further checks: an unknown zone fails
+    when bot.yaml is loaded, not when the first notification is due."""
 
-    categories: frozenset[NotificationCategory] = field(
+    categories: frozenset[Category] = field(
         default_factory=lambda: frozenset(
             {NotificationCategory.APPROVAL_REQUESTED, NotificationCategory.AGENT_QUESTION}
         )
     )
-    quiet_start: time | None = None
-    quiet_end: time | None = None
-    timezone: str = "UTC"
-    detail_level: DetailLevel = DetailLevel.IDENTIFIED
+    quiet_start: _WallClock = None
+    quiet_end: _WallClock = None
+    timezone: ZoneName = "UTC"
+    detail_level: Detail = DetailLevel.IDENTIFIED
     urgent_overrides_quiet: bool = True
     digest: bool = False
 
-    def __post_init__(self) -> None:
-        # Coerce friendly inputs (strings, lists) so config and JSON can be passed straight in.
-        object.__setattr__(self, "categories", _categories(self.categories))
-        object.__setattr__(self, "detail_level", DetailLevel.parse(self.detail_level))
-        load_zone(self.timezone)
-        object.__setattr__(self, "timezone", self.timezone.strip())
+    @field_validator("categories", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (str, NotificationCategory)) else value  # not letters
+
+    @model_validator(mode="after")
+    def _whole_window(self) -> NotificationPreference:
         if (self.quiet_start is None) != (self.quiet_end is None):
             raise ValueError("quiet hours need both a start and an end (or neither)")
-        for name in ("quiet_start", "quiet_end"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, time):
-                raise ValueError(f"{name} must be a datetime.time, got {value!r}")
-            if value is not None and value.tzinfo is not None:
-                raise ValueError(f"{name} must be a wall-clock time without a zone; set `timezone`")
+        return self
 
     @property
     def zone(self) -> ZoneInfo:
@@ -194,7 +209,7 @@ class NotificationPreference:
         )
 
 
-#: SPEC §11: approval requests and agents' questions, identified, no quiet hours.
+#: Approval requests and agents' questions, identified, no quiet hours.
 DEFAULT_PREFERENCE = NotificationPreference()
 
 
@@ -236,7 +251,7 @@ def evaluate(
     content: str | None = None,
     identity: str | None = None,
 ) -> NotificationDecision:
-    """Decide whether one notification goes out now and what it may say (SPEC §11).
+    """Decide whether one notification goes out now and what it may say.
 
     Order: an unsubscribed category is never sent (urgency does not override an opt-out);
     inside quiet hours only an urgent event goes out, and only if the recipient lets urgent

@@ -30,6 +30,7 @@ __all__ = [
     "DELIVERY_ID_HEADER",
     "Transport",
     "WebhookTransport",
+    "check_webhook_url",
     "safe_url",
     "sign_body",
     "verify_signature",
@@ -106,6 +107,14 @@ def safe_url(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or '?'}" + (f":{port}" if port else "")
 
 
+def check_webhook_url(url: str) -> str:
+    """`url` if it can be posted to (http or https, with a host); ValueError otherwise."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"webhook url must be http(s)://host/..., got {safe_url(url)!r}")
+    return url
+
+
 class WebhookTransport:
     """POST the message as JSON to a URL, signed when a secret is set, retried with backoff.
 
@@ -130,9 +139,7 @@ class WebhookTransport:
         session: aiohttp.ClientSession | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"webhook url must be http(s)://host/..., got {safe_url(url)!r}")
+        check_webhook_url(url)
         if retries < 0 or backoff < 0 or timeout <= 0:
             raise ValueError("webhook retries and backoff must be >= 0 and timeout > 0")
         self.url = url

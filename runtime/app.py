@@ -32,6 +32,7 @@ from botweave.policies.rate_limit import RateLimit
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.commands import NOTIFY_HELP, notify_command
 from botweave.push.notifier import mention_triggers
+from botweave.push.preferences import PreferenceStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
@@ -73,18 +74,17 @@ class App:
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
         self.targets = Targets(self.adapters)
         self.access = AccessControl(self.store, self.delivery)
-        self.push = config.push_config
-        self.preferences = self.push.preference_store(self.store)
+        self.push = config.push
+        self.preferences = PreferenceStore.from_config(self.store, self.push)
         self.notifier = Notifier(
-            self.preferences, self.push.transports(self._send_direct), self.store, directory=self.push.recipients
+            self.preferences, self.push.transports(self._send_direct), self.store, directory=self.push.directory
         )
-        rooms = config.room_configs
         self.rooms = (
             RoomHub(
-                rooms, self.agents, self.store, self._post_as, self.targets.canonical,
+                config.rooms, self.agents, self.store, self._post_as, self.targets.canonical,
                 posted=self._room_posted, missed=self._room_missed,
             )
-            if rooms
+            if config.rooms
             else None
         )
         BuiltinCommands(self.commands, self.agents, self.history, self.rooms, lambda: self.uptime).register()
@@ -167,7 +167,7 @@ class App:
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
-        if self.push.recipients:
+        if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
 

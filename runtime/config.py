@@ -1,6 +1,13 @@
 """The whole bot.yaml. Each section's model belongs to the package it configures (platform
 sections to their adapters, `admission:` to policies, `rooms:` to rooms, `push:` to push);
-this module puts them together, checks what refers to what, and loads the file.
+this module puts them together, checks what refers to what, and loads the file. Every
+section is parsed once, here, into its typed model; the rest of the runtime reads those.
+
+Some checks need to know what the runtime knows and a feature does not (a feature never
+imports the runtime): `load_config` passes the installed platform names as the validation
+context's `platforms`, which `push.recipients` keys are checked against. The context rather
+than a check in `Config`'s own validator, so that a recipient on an unknown platform is
+reported together with every other problem instead of after they are fixed.
 """
 
 from __future__ import annotations
@@ -8,11 +15,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from botweave.config import (
     AgentConfig,
     BotConfig,
@@ -22,11 +28,13 @@ from botweave.config import (
     Section,
     StoreConfig,
     format_errors,
+    problem,
+    raise_problems,
     substitute_env,
 )
 from botweave.policies.config import AdmissionConfig
-from botweave.push.preferences import PushConfig, parse_push_config
-from botweave.rooms.config import RoomConfig
+from botweave.push.config import PushConfig
+from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
 
@@ -47,41 +55,38 @@ class Config(Section):
     routes: list[RouteConfig] = Field(default_factory=list)
     store: StoreConfig = Field(default_factory=StoreConfig)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
-    rooms: dict[str, Any] = Field(default_factory=dict)
-    push: dict[str, Any] = Field(default_factory=dict)
+    rooms: Rooms = Field(default_factory=dict)
+    push: PushConfig = Field(default_factory=PushConfig)
     schedules: dict[str, Any] = Field(default_factory=dict)
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _references_exist(self) -> Config:
+        """Names used in one section must be defined in another; each miss at its own path."""
         if not self.agents:
             raise ValueError("at least one agent is required under `agents:`")
+        agents = ", ".join(sorted(self.agents))
+        rooms = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
+        problems = []
         for i, route in enumerate(self.routes):
             if route.agent is not None and route.agent not in self.agents:
-                raise ValueError(
-                    f"routes.{i}.agent: unknown agent {route.agent!r}; defined agents: "
-                    + ", ".join(sorted(self.agents))
+                problems.append(
+                    problem(("routes", i, "agent"), f"unknown agent {route.agent!r}; defined agents: {agents}")
                 )
             if route.room is not None and route.room not in self.rooms:
-                known = ", ".join(sorted(self.rooms)) or "none defined under `rooms:`"
-                raise ValueError(f"routes.{i}.room: unknown room {route.room!r}; defined rooms: {known}")
-        for name, room in self.room_configs.items():
+                problems.append(problem(("routes", i, "room"), f"unknown room {route.room!r}; defined rooms: {rooms}"))
+        for name, room in self.rooms.items():
             missing = [member for member in room.roster if member not in self.agents]
             if missing:
-                raise ValueError(
-                    f"rooms.{name}.roster: {', '.join(missing)} not defined under `agents:`; "
-                    f"defined agents: {', '.join(sorted(self.agents))}"
+                problems.append(
+                    problem(
+                        ("rooms", name, "roster"),
+                        f"{', '.join(missing)} not defined under `agents:`; defined agents: {agents}",
+                    )
                 )
+        raise_problems(type(self).__name__, problems)
         return self
-
-    @cached_property
-    def room_configs(self) -> dict[str, RoomConfig]:
-        return {str(name): RoomConfig.from_dict(str(name), data) for name, data in self.rooms.items()}
-
-    @cached_property
-    def push_config(self) -> PushConfig:
-        return parse_push_config(self.push, platforms=installed_platforms())
 
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
@@ -138,10 +143,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     refs: dict[str, list[str]] = {}
     data = substitute_env(raw, os.environ if env is None else env, refs=refs)
     try:
-        config = Config.model_validate(data)
+        config = Config.model_validate(data, context={"platforms": tuple(installed_platforms())})
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, Config)) from None
-    config.push_config  # noqa: B018 - parsing it here reports each push.* problem at load time
     config._env_refs = refs
     return config
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from botweave.runtime.config import Config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import redact_url
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
@@ -19,6 +19,8 @@ def _masked(value: Any, key: str = "") -> Any:
         return MASK if value.get_secret_value() else ""
     if key in _MASKED_FIELDS and value:
         return MASK
+    if isinstance(value, BaseModel):
+        return {k: _masked(v, k) for k, v in value}
     if isinstance(value, dict):
         return {k: _masked(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
@@ -37,7 +39,10 @@ def dump_config(config: Config) -> str:
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
     data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
-    for extra in ("rooms", "push", "schedules"):
-        if getattr(config, extra):
-            data[extra] = _masked(getattr(config, extra))
+    if config.rooms:
+        data["rooms"] = {name: room.model_dump(mode="json") for name, room in config.rooms.items()}
+    if "push" in config.model_fields_set:
+        data["push"] = _masked(config.push.model_dump(mode="json", exclude_unset=True))
+    if config.schedules:
+        data["schedules"] = _masked(config.schedules)
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -29,7 +29,7 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key; allowed keys:"),
         ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, telegram"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": "soon"}}, "bot.stream_edit_interval_ms: must be a whole number (got 'soon')"),
-        ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be greater than or equal to 0 (got -5)"),
+        ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be at least 0 (got -5)"),
         ({**AGENTS, "bot": {"streaming": "sometimes"}}, "bot.streaming: must be true or false (got 'sometimes')"),
         ({"agents": {"a": {"instructions": "hi"}}}, "agents.a.model: is required"),
         ({"agents": {"a": {"model": "m", "temperature": "hot"}}}, "agents.a.temperature: must be a number (got 'hot')"),
@@ -40,11 +40,40 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "store": {"url": "postgres://x"}}, "store.url: must start with memory:// or redis://"),
         ({**AGENTS, "platforms": {"slack": {"mode": "carrier-pigeon"}}}, "platforms.slack.mode: must be one of socket, http (got 'carrier-pigeon')"),
         ({**AGENTS, "agents": ["a"]}, "agents: must be a mapping of keys to values (got list)"),
+        ({**AGENTS, "rooms": {"team": {"roster": ["a", "b"]}}}, "rooms.team.roster: b not defined under `agents:`; defined agents: a"),
+        ({**AGENTS, "rooms": {"team": {"agents": "a b"}}}, "rooms.team.agents: must be a list of agent names, e.g. agents: [a, b]"),
+        ({**AGENTS, "rooms": {"team": {"roster": ["a"], "max_rounds": 0}}}, "rooms.team.max_rounds: must be at least 1 (got 0)"),
+        ({**AGENTS, "rooms": {"": {"roster": ["a"]}}}, "rooms: a room needs a non-empty name (got '')"),
+        ({**AGENTS, "rooms": ["team"]}, "rooms: must be a mapping of keys to values (got list)"),
+        ({**AGENTS, "routes": [{"room": "team"}]}, "routes.0.room: unknown room 'team'; defined rooms: none defined under `rooms:`"),
     ],
 )
 def test_each_config_error_names_the_field_and_the_fix(data, expected):
     found = problems(data)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_every_broken_reference_is_reported_at_its_own_path():
+    found = problems(
+        {
+            **AGENTS,
+            "rooms": {"team": {"roster": ["a", "ghost"]}},
+            "routes": [{"agent": "b"}, {"room": "team"}, {"room": "lobby"}],
+        }
+    )
+    assert found == [
+        "routes.0.agent: unknown agent 'b'; defined agents: a",
+        "routes.2.room: unknown room 'lobby'; defined rooms: team",
+        "rooms.team.roster: ghost not defined under `agents:`; defined agents: a",
+    ]
+
+
+def test_rooms_are_typed_and_named_by_their_key():
+    assert load_config({**AGENTS, "rooms": None, "push": None}).rooms == {}  # every entry commented out
+    config = load_config({**AGENTS, "rooms": {"team": {"agents": ["a"], "max_rounds": 2}}})
+    room = config.rooms["team"]
+    assert (room.name, room.roster, room.max_rounds) == ("team", ("a",), 2)
+    assert "max_rounds: 2" in dump_config(config) and "name: team" not in dump_config(config)
 
 
 def test_broken_yaml_file_is_reported_with_its_path(tmp_path):
@@ -94,6 +123,20 @@ def test_platform_overrides_and_per_platform_defaults():
     assert telegram.streaming is True and telegram.footer is False
     assert telegram.unknown_user_policy == "pair"
     assert config.bot_config_for("console").unknown_user_policy == "allow"
+
+
+def test_nested_platform_overrides_stay_validated_sections():
+    config = load_config(
+        {
+            **AGENTS,
+            "bot": {"bot_loop_protection": {"max_events_per_window": 7}},
+            "platforms": {"console": {"user_rate_limit": {"messages": 2, "per_seconds": 5}}},
+        }
+    )
+    console = config.bot_config_for("console")
+    assert console.user_rate_limit is not None and console.user_rate_limit.per_seconds == 5.0
+    assert console.bot_loop_protection.max_events_per_window == 7
+    assert "max_events_per_window: 7" in dump_config(config)
 
 
 def test_secrets_never_appear_in_dumps_or_reprs():

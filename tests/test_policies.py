@@ -1,14 +1,16 @@
 """Pure policy decisions: the loop guard, pairing codes, admission."""
 
 import asyncio
+import logging
 
 import pytest
 from botweave.policies import BotLoopGuard, BotLoopPolicy
 from botweave.policies.admission import Admission, AdmissionLimits, decide_admission
 from botweave.policies.pairing import ALPHABET, CODE_LENGTH, Pairing, new_code
+from botweave.runtime.config import load_config
 from botweave.store import MemoryStore
 
-# --- bot-loop guard (SPEC §5) -----------------------------------------------------------------
+# --- bot-loop guard ---------------------------------------------------------------------------
 
 
 async def test_twenty_events_pass_and_the_twenty_first_trips():
@@ -59,10 +61,33 @@ async def test_disabled_guard_passes_everything():
         ({"max_events_per_window": "5", "cooldown_seconds": "2.5"}, BotLoopPolicy(max_events_per_window=5, cooldown_seconds=2.5)),
         ({"enabled": "yes"}, BotLoopPolicy()),
         ({"enabled": False}, BotLoopPolicy(enabled=False)),
+        ({"max_events_per_window": 2.7, "window_seconds": "30"}, BotLoopPolicy(max_events_per_window=2, window_seconds=30.0)),
+        ({"window_seconds": 0, "cooldown_seconds": -5}, BotLoopPolicy()),
+        ({"window_seconds": "nan", "cooldown_seconds": float("inf")}, BotLoopPolicy()),
+        ({"max_events_per_window": True}, BotLoopPolicy()),
+        ({"cooldown_seconds": 0}, BotLoopPolicy(cooldown_seconds=0.0)),
+        (["max_events_per_window", 3], BotLoopPolicy()),
+        ("off", BotLoopPolicy()),
     ],
 )
 def test_policy_from_malformed_config_falls_back_to_defaults(data, expected):
-    assert BotLoopPolicy.from_dict(data) == expected
+    assert BotLoopPolicy.model_validate(data) == expected
+
+
+def test_a_loop_protection_typo_loads_with_a_warning_naming_the_field(caplog):
+    with caplog.at_level(logging.WARNING, logger="botweave.config"):
+        config = load_config(
+            {
+                "agents": {"a": {"model": "offline/echo"}},
+                "bot": {"bot_loop_protection": {"max_events_per_window": "lots", "window_secs": 5}},
+                "platforms": {"discord": {"token": "t", "bot_loop_protection": {"cooldown_seconds": 5}}},
+            }
+        )
+    assert config.bot_config_for("telegram").bot_loop_protection == BotLoopPolicy()
+    assert config.bot_config_for("discord").bot_loop_protection == BotLoopPolicy(cooldown_seconds=5.0)
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert "bot_loop_protection.max_events_per_window: 'lots' is not a number; using the default 20" in warnings
+    assert "ignoring unknown key(s) window_secs" in warnings
 
 
 async def test_guard_state_is_shared_through_the_store():
@@ -75,7 +100,7 @@ async def test_guard_state_is_shared_through_the_store():
     assert not await worker_b.observe("x", "y", 3)  # b sees a's cooldown
 
 
-# --- pairing (SPEC §6) ------------------------------------------------------------------------
+# --- pairing -----------------------------------------------------------------------------------
 
 
 class Clock:

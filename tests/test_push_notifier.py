@@ -15,6 +15,7 @@ from botweave.push import (
     DirectMessageTransport,
     NotificationCategory,
     Notifier,
+    PreferenceStore,
     PushMessage,
     Recipient,
     asks_question,
@@ -45,7 +46,7 @@ CONFIG = parse_push_config(
         },
     }
 )
-ALICE, BOB, CAROL, DAVE = (CONFIG.recipients[k] for k in ("telegram:42", "telegram:43", "discord:7", "slack:U1"))
+ALICE, BOB, CAROL, DAVE = (CONFIG.directory[k] for k in ("telegram:42", "telegram:43", "discord:7", "slack:U1"))
 
 
 class FakeClock:
@@ -83,11 +84,11 @@ def setup():
     clock = FakeClock(berlin(15, 12))
     dm, hook = RecordingTransport("dm"), RecordingTransport("webhook")
     notifier = Notifier(
-        CONFIG.preference_store(store),
+        PreferenceStore.from_config(store, CONFIG),
         {"dm": dm, "webhook:ops": hook},
         store,
         clock,
-        directory=CONFIG.recipients,
+        directory=CONFIG.directory,
     )
     return notifier, clock, dm, hook, store
 
@@ -207,7 +208,7 @@ async def test_works_end_to_end_with_the_dm_transport_and_adapter_results() -> N
         return MessageActionResult("ok", user_id, message_id="1")
 
     notifier = Notifier(
-        CONFIG.preference_store(store),
+        PreferenceStore.from_config(store, CONFIG),
         CONFIG.transports(send_direct),
         store,
         lambda: datetime(2026, 1, 15, 12, tzinfo=timezone.utc),

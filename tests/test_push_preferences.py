@@ -18,6 +18,8 @@ from botweave.push import (
     handle_notify_command,
     parse_push_config,
 )
+from botweave.runtime.config import load_config
+from botweave.runtime.dump import dump_config
 from botweave.store import MemoryStore
 
 C = NotificationCategory
@@ -46,15 +48,15 @@ recipients:
 
 def test_config_block_parses_with_defaults_and_overrides() -> None:
     config = parse_push_config(CONFIG)
-    assert config.defaults.categories == {C.APPROVAL_REQUESTED, C.AGENT_QUESTION, C.HUMAN_MENTIONED}
+    assert config.default_preference.categories == {C.APPROVAL_REQUESTED, C.AGENT_QUESTION, C.HUMAN_MENTIONED}
     alice = config.preferences["telegram:42"]
     assert (alice.quiet_start, alice.quiet_end, alice.timezone) == (time(22), time(7, 30), "Europe/Berlin")
-    assert alice.digest and alice.categories == config.defaults.categories  # only named keys override
+    assert alice.digest and alice.categories == config.default_preference.categories  # only named keys override
     assert config.preferences["slack:U7"].detail_level is DetailLevel.PRIVATE
-    assert config.preferences["discord:9"] == config.defaults
-    assert config.recipients["slack:U7"].transport == "webhook:ops"
-    assert config.recipients["telegram:42"] == Recipient("telegram", "42", name="alice", aliases=("al",))
-    assert config.known_people() == {"alice": config.recipients["telegram:42"], "al": config.recipients["telegram:42"]}
+    assert config.preferences["discord:9"] == config.default_preference
+    assert config.directory["slack:U7"].transport == "webhook:ops"
+    assert config.directory["telegram:42"] == Recipient("telegram", "42", name="alice", aliases=("al",))
+    assert config.known_people() == {"alice": config.directory["telegram:42"], "al": config.directory["telegram:42"]}
 
 
 def test_webhook_secret_and_path_stay_out_of_reprs() -> None:
@@ -69,8 +71,8 @@ def test_webhook_secret_and_path_stay_out_of_reprs() -> None:
 
 
 def test_empty_or_missing_block_gives_the_spec_defaults() -> None:
-    assert parse_push_config(None).defaults == DEFAULT_PREFERENCE
-    assert parse_push_config({}).recipients == {}
+    assert parse_push_config(None).default_preference == DEFAULT_PREFERENCE
+    assert parse_push_config({}).directory == {}
 
 
 @pytest.mark.parametrize(
@@ -80,18 +82,26 @@ def test_empty_or_missing_block_gives_the_spec_defaults() -> None:
         ({"recipients": {"telegram:42": {"quiet_hours": "late"}}}, 'push.recipients.telegram:42.quiet_hours: expected "HH:MM-HH:MM"'),
         ({"recipients": {"telegram:42": {"quiet_hours": {"start": 1320, "end": "07:30"}}}}, "quote it as"),
         ({"recipients": {"telegram:42": {"timezone": "Europe/Atlantis"}}}, "push.recipients.telegram:42.timezone: unknown time zone 'Europe/Atlantis'"),
-        ({"recipients": {"telegram:42": {"categories": ["coffee"]}}}, "push.recipients.telegram:42.categories: unknown notification category 'coffee'"),
-        ({"recipients": {"telegram:42": {"categories": "agent_question"}}}, "expected a list of categories"),
+        ({"recipients": {"telegram:42": {"categories": ["coffee"]}}}, "push.recipients.telegram:42.categories.0: unknown notification category 'coffee'; choose one of: approval_requested"),
+        ({"recipients": {"telegram:42": {"categories": "agent_question"}}}, "push.recipients.telegram:42.categories: expected a list of categories (or all), e.g. categories: [agent_question]"),
         ({"recipients": {"telegram:42": {"detail": "verbose"}}}, "push.recipients.telegram:42.detail: unknown detail level"),
-        ({"recipients": {"telegram:42": {"digest": "yes"}}}, "push.recipients.telegram:42.digest: expected true or false"),
-        ({"recipients": {"telegram:42": {"quiet": "22:00-07:00"}}}, "push.recipients.telegram:42.quiet: unknown setting"),
+        ({"recipients": {"telegram:42": {"digest": "yes"}}}, "push.recipients.telegram:42.digest: must be true or false (got 'yes')"),
+        ({"recipients": {"telegram:42": {"quiet": "22:00-07:00"}}}, "push.recipients.telegram:42.quiet: unknown key; allowed keys: categories, quiet_hours, timezone"),
         ({"recipients": {"telegram:42": {"webhook": "nope"}}}, "push.recipients.telegram:42.webhook: unknown webhook 'nope'"),
         ({"recipients": {"fax:42": {}}}, "push.recipients.fax:42: write recipients as <platform>:<user_id>"),
         ({"recipients": {"telegram:42": {"name": "al ice"}}}, "push.recipients.telegram:42.name: 'al ice' is not an @-handle"),
         ({"defaults": {"timezone": "Nowhere"}}, "push.defaults.timezone: unknown time zone 'Nowhere'"),
-        ({"webhooks": {"ops": {"url": "ftp://x"}}}, "push.webhooks.ops: webhook url must be http(s)"),
-        ({"webhooks": {"ops": {"url": "https://x", "token": "t"}}}, "push.webhooks.ops.token: unknown setting"),
-        ({"pager": {}}, "push.pager: unknown setting"),
+        ({"webhooks": {"ops": {"url": "ftp://x"}}}, "push.webhooks.ops.url: must be an http(s)://host/... URL (got 'ftp://x')"),
+        ({"webhooks": {"ops": {"url": "https://x", "token": "t"}}}, "push.webhooks.ops.token: unknown key; allowed keys: url, secret, retries, backoff, timeout"),
+        ({"pager": {}}, "push.pager: unknown key; allowed keys: defaults, webhooks, recipients"),
+        ({"webhooks": {"ops": {"url": "https://x", "retries": -1}}}, "push.webhooks.ops.retries: must be at least 0 (got -1)"),
+        ({"webhooks": {"ops": {"secret": "s"}}}, "push.webhooks.ops.url: is required"),
+        ({"agent_finished_after_seconds": 0}, "push.agent_finished_after_seconds: must be greater than 0 (got 0)"),
+        ({"agent_finished_after_seconds": True}, "push.agent_finished_after_seconds: must be a number of seconds (got True)"),
+        ({"recipients": {"telegram": {}}}, "push.recipients.telegram: write recipients as <platform>:<user_id>"),
+        ({"recipients": {"telegram:42": {"aliases": ["ok", "not ok"]}}}, "push.recipients.telegram:42.aliases.1: 'not ok' is not an @-handle"),
+        ({"recipients": {"telegram:42": {"urgent_overrides_quiet": 1}}}, "push.recipients.telegram:42.urgent_overrides_quiet: must be true or false (got 1)"),
+        ({"recipients": ["telegram:42"]}, "push.recipients: must be a mapping of keys to values (got list)"),
     ],
 )
 def test_config_errors_name_the_path(raw: dict, message: str) -> None:
@@ -107,11 +117,64 @@ def test_all_problems_are_reported_at_once() -> None:
     assert len(info.value.problems) == 2
 
 
+def test_a_webhook_url_with_a_token_in_its_path_stays_out_of_errors() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_push_config({"webhooks": {"ops": {"url": "ftp://hooks.example.org/T123/secretpath"}}})
+    assert "secretpath" not in str(info.value) and "ftp://hooks.example.org" in str(info.value)
+
+
+def test_short_forms_and_empty_blocks() -> None:
+    config = parse_push_config(
+        yaml.safe_load(
+            """
+defaults:
+  categories: all
+  quiet_hours: "22:00-07:00"
+webhooks:
+  ops: https://hooks.example.org/x
+  plain: {url: "https://hooks.example.org/y", secret: ""}
+recipients:
+  "telegram:42":
+  "telegram:43": {aliases: "@bee", quiet_hours: off, webhook: plain}
+  "slack:U1": {categories: null}
+"""
+        )
+    )
+    assert config.default_preference.categories == frozenset(C)
+    assert config.preferences["telegram:42"] == config.default_preference
+    assert not config.preferences["telegram:43"].has_quiet_hours  # `off` overrides the default window
+    assert config.directory["telegram:43"].aliases == ("bee",)
+    assert config.preferences["slack:U1"].categories == frozenset()
+    assert config.webhooks["ops"].url == "https://hooks.example.org/x"
+    assert config.webhooks["plain"].secret is None
+    assert parse_push_config(None) == parse_push_config({})
+
+
+def test_recipients_must_be_on_an_installed_platform() -> None:
+    agents = {"agents": {"a": {"model": "offline/echo"}}}
+    with pytest.raises(ConfigError) as info:
+        load_config({**agents, "push": {"recipients": {"fax:1": {}, "telegram:1": {"detail": "loud"}}}}, env={})
+    assert info.value.problems == [
+        "push.recipients.fax:1: write recipients as <platform>:<user_id> with platform one of "
+        "console, discord, slack, telegram, e.g. \"telegram:123456\" (got 'fax:1')",
+        "push.recipients.telegram:1.detail: unknown detail level 'loud'; choose one of: private, identified, detailed",
+    ]
+    config = load_config({**agents, "push": {"recipients": {"slack:U1": {"name": "sam"}}}}, env={})
+    assert config.push.directory["slack:U1"].name == "sam"
+
+
+def test_the_push_section_dump_hides_secrets_and_webhook_paths() -> None:
+    config = load_config({"agents": {"a": {"model": "offline/echo"}}, "push": CONFIG}, env={})
+    dumped = dump_config(config)
+    assert "s3cret" not in dumped and "secretpath" not in dumped
+    assert "hooks.example.org" in dumped and "quiet_hours:" in dumped
+
+
 async def test_store_prefers_notify_changes_over_config_over_defaults() -> None:
     config = parse_push_config(CONFIG)
-    prefs = config.preference_store(MemoryStore())
+    prefs = PreferenceStore.from_config(MemoryStore(), config)
     assert (await prefs.get("telegram", "42")).timezone == "Europe/Berlin"
-    assert await prefs.get("telegram", "unknown") == config.defaults
+    assert await prefs.get("telegram", "unknown") == config.default_preference
     changed = NotificationPreference(categories={C.AGENT_FINISHED}, detail_level=DetailLevel.DETAILED)
     await prefs.set("telegram", "42", changed)
     assert await prefs.get("telegram", "42") == changed

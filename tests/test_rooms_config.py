@@ -1,10 +1,12 @@
-"""RoomConfig (SPEC §10, issue 7): accepted forms, precise errors, crontab semantics."""
+"""RoomConfig: accepted forms, precise errors, crontab semantics."""
 
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
+from botweave.config import ConfigError, format_errors
 from botweave.rooms import RoomConfig, cron_trigger
+from pydantic import ValidationError
 
 STANDUP = {
     "roster": ["planner", "researcher", "critic"],
@@ -23,8 +25,18 @@ def test_defaults():
     assert room.misfire_grace_seconds == 300
 
 
+def test_empty_planner_or_zone_means_the_default():
+    room = RoomConfig.from_dict("team", {"roster": ["a"], "planner": None, "timezone": None})
+    assert (room.planner, room.timezone) == ("round_robin", "UTC")
+
+
+def test_a_built_room_validates_as_itself():
+    room = RoomConfig(name="team", roster=("a",))
+    assert RoomConfig.model_validate(room) is room
+
+
 def test_agents_is_an_alias_of_roster():
-    assert RoomConfig.from_dict("team", {"agents": ["a", "b"]}) == RoomConfig("team", ("a", "b"))
+    assert RoomConfig.from_dict("team", {"agents": ["a", "b"]}) == RoomConfig(name="team", roster=("a", "b"))
 
 
 def test_full_standup():
@@ -55,12 +67,23 @@ ERRORS = [
     ("standup", {"roster": ["a"], "agents": ["a"]}, "rooms.standup: give either `roster:` or `agents:`"),
     ("standup", {"roster": ["a", ""]}, "rooms.standup.roster.1: must be an agent name"),
     ("standup", {"roster": ["a", "b", "a"]}, "rooms.standup.roster: lists a more than once"),
-    ("standup", {"roster": ["a"], "max_rounds": 0}, "rooms.standup.max_rounds: must be at least 1, got 0"),
-    ("standup", {"roster": ["a"], "max_messages": -3}, "rooms.standup.max_messages: must be at least 1, got -3"),
+    ("standup", {"roster": ["a"], "max_rounds": 0}, "rooms.standup.max_rounds: must be at least 1 (got 0)"),
+    ("standup", {"roster": ["a"], "max_messages": -3}, "rooms.standup.max_messages: must be at least 1 (got -3)"),
     ("standup", {"roster": ["a"], "max_rounds": "3"}, "rooms.standup.max_rounds: must be a whole number"),
     ("standup", {"roster": ["a"], "max_rounds": True}, "rooms.standup.max_rounds: must be a whole number"),
     ("standup", {"roster": ["a"], "planner": "llm"}, "rooms.standup.planner: unknown planner 'llm'; known: round_robin"),
-    ("standup", {"roster": ["a"], "colour": "red"}, "rooms.standup: unknown field(s) colour"),
+    (
+        "standup",
+        {"roster": ["a"], "colour": "red"},
+        "rooms.standup.colour: unknown key; allowed keys: roster, agents, planner, max_rounds",
+    ),
+    ("standup", {"roster": ["a"], "name": "standup"}, "rooms.standup.name: a room is named by its key; remove `name:`"),
+    ("standup", {"agents": None}, "rooms.standup.agents: required, e.g. agents: [planner, researcher]"),
+    ("standup", {"roster": [1]}, "rooms.standup.roster.0: must be text (got 1)"),
+    ("standup", {"roster": ["a"], "planner": 3}, "rooms.standup.planner: must be text (got 3)"),
+    ("standup", {**STANDUP, "target": "123"}, "rooms.standup.target: must be written <platform>:<id>, e.g. discord:"),
+    ("standup", {"roster": ["a"], "owner": "boss"}, "rooms.standup.owner: must be written <platform>:<id>, e.g. telegram:"),
+    ("standup", {**STANDUP, "misfire_grace_seconds": "soon"}, "rooms.standup.misfire_grace_seconds: must be a number (got 'soon')"),
     ("standup", {**STANDUP, "timezone": "Mars/Base"}, "rooms.standup.timezone: unknown time zone 'Mars/Base'"),
     ("standup", {**STANDUP, "schedule": "every morning"}, "rooms.standup.schedule: invalid cron expression"),
     ("standup", {**STANDUP, "schedule": "0 9 * *"}, "a cron expression has 5"),
@@ -69,7 +92,7 @@ ERRORS = [
     ("standup", {**STANDUP, "kickoff": None}, "rooms.standup: a schedule needs `kickoff:`"),
     ("standup", {**STANDUP, "target": ""}, "rooms.standup: a schedule needs `target:`"),
     ("standup", {"roster": ["a"], "schedule": "0 9 * * *"}, "a schedule needs `kickoff:` and `target:`"),
-    ("standup", {**STANDUP, "misfire_grace_seconds": 0}, "rooms.standup.misfire_grace_seconds: must be a number"),
+    ("standup", {**STANDUP, "misfire_grace_seconds": 0}, "rooms.standup.misfire_grace_seconds: must be a number of seconds > 0"),
     ("standup", ["a", "b"], "rooms.standup: must be a mapping"),
 ]
 
@@ -81,11 +104,36 @@ def test_errors_name_the_field_and_the_fix(name, data, message):
     assert message in str(info.value)
 
 
+def test_every_problem_of_a_room_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        RoomConfig.from_dict("standup", {"max_rounds": 0, "planner": "llm", "schedule": "soon"})
+    assert [line.split(":")[0] for line in info.value.problems] == [
+        "rooms.standup.roster",
+        "rooms.standup.planner",
+        "rooms.standup.max_rounds",
+        "rooms.standup.schedule",
+    ]
+
+
+def test_an_unset_variable_reads_as_a_missing_value():
+    with pytest.raises(ConfigError, match="a schedule needs `target:`"):
+        RoomConfig.from_dict("standup", {**STANDUP, "target": ""})
+
+
 def test_constructor_validates_too():
-    with pytest.raises(ValueError, match="rooms.x.max_rounds"):
-        RoomConfig("x", ("a",), max_rounds=0)
-    with pytest.raises(ValueError, match="must be a list of agent names"):
-        RoomConfig("x", "a")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError) as info:
+        RoomConfig(name="x", roster=("a",), max_rounds=0)
+    assert format_errors(info.value, RoomConfig) == ["max_rounds: must be at least 1 (got 0)"]
+    with pytest.raises(ValidationError) as info:
+        RoomConfig(name="x", roster="a")  # type: ignore[arg-type]
+    assert format_errors(info.value, RoomConfig) == ["roster: must be a list of agent names, e.g. roster: [a]"]
+
+
+def test_rooms_are_frozen_and_hashable():
+    room = RoomConfig(name="x", roster=["a", "b"])  # type: ignore[arg-type]
+    assert room.roster == ("a", "b") and hash(room) == hash(RoomConfig(name="x", roster=("a", "b")))
+    with pytest.raises(ValidationError):
+        room.max_rounds = 5  # type: ignore[misc]
 
 
 def _next(expr: str, after: datetime, tz: str = "UTC") -> datetime:

@@ -54,7 +54,7 @@ def offline_agents(*names: str) -> dict[str, Agent]:
 
 
 def room_config(roster=ROSTER, **kwargs) -> RoomConfig:
-    return RoomConfig("team", tuple(roster), **kwargs)
+    return RoomConfig(name="team", roster=tuple(roster), **kwargs)
 
 
 def assert_follows_planner(room: Room, transcript: list[RoomEvent]) -> None:
