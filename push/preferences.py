@@ -29,7 +29,6 @@ from botweave.store import Store
 __all__ = [
     "NotifyCommandResult",
     "PreferenceStore",
-    "PushConfig",  # where the pipeline has always found it; defined in botweave.push.config
     "describe_preference",
     "handle_notify_command",
 ]

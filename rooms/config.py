@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.base import BaseTrigger  # type: ignore[import-untyped]
-from apscheduler.triggers.combining import OrTrigger  # type: ignore[import-untyped]
-from apscheduler.triggers.cron import CronTrigger  # type: ignore[import-untyped]
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
+from apscheduler.triggers.cron import CronTrigger
 from botweave.config import ConfigError, Section, format_errors, problem, raise_problems
 from pydantic import (
     AfterValidator,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 from botweave.runtime.config import Config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import redact_url
