@@ -23,6 +23,11 @@ InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 log = logging.getLogger(__name__)
 
 
+class PlatformRejected(RuntimeError):
+    """The platform refused to let us in for a reason that trying again cannot fix (a
+    rejected token, a missing permission); the message says what to change."""
+
+
 def name_prefix(identity: AgentIdentity) -> str:
     """How a post shows its author where the platform cannot post under another name."""
     return f"**{identity.name}:** "

@@ -12,6 +12,7 @@ run of `botweave check` lists everything there is to fix.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import re
@@ -297,20 +298,38 @@ class StoreConfig(Section):
 
 
 def substitute_env(
-    value: Any, env: Mapping[str, str], path: str = "", refs: dict[str, list[str]] | None = None
+    value: Any,
+    env: Mapping[str, str],
+    path: str = "",
+    refs: dict[str, list[str]] | None = None,
+    unset: list[str] | None = None,
 ) -> Any:
-    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree."""
+    """Replace `${VAR}` and `${VAR:-default}` in every string of a parsed YAML tree.
+
+    As in a shell, `${VAR:-default}` falls back when VAR is unset or empty. A bare `${VAR}`
+    whose variable is not set at all is recorded in `unset` (as "path: ${VAR} ..."), because
+    silently turning it into an empty string only moves the failure to the first turn; a
+    variable that is set but empty is taken as it is."""
     if refs is None:
         refs = {}
     if isinstance(value, str):
         names = [m.group(1) for m in _VAR.finditer(value)]
         if names:
             refs[path] = names
-        return _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if default is not None:
+                return env.get(name) or default
+            if name not in env and unset is not None:
+                unset.append(f"{path}: ${{{name}}} is not set (export {name}=..., or write ${{{name}:-}} to allow it empty)")
+            return env.get(name, "")
+
+        return _VAR.sub(replace, value)
     if isinstance(value, dict):
-        return {k: substitute_env(v, env, f"{path}.{k}" if path else str(k), refs) for k, v in value.items()}
+        return {k: substitute_env(v, env, f"{path}.{k}" if path else str(k), refs, unset) for k, v in value.items()}
     if isinstance(value, list):
-        return [substitute_env(v, env, f"{path}.{i}", refs) for i, v in enumerate(value)]
+        return [substitute_env(v, env, f"{path}.{i}", refs, unset) for i, v in enumerate(value)]
     return value
 
 
@@ -345,8 +364,12 @@ def _describe(error: Any, model_fields: list[str] | None) -> str:
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
-        allowed = f"; allowed keys: {', '.join(model_fields)}" if model_fields else ""
-        return f"unknown key{allowed}"
+        if not model_fields:
+            return "unknown key"
+        key = str(error["loc"][-1]) if error.get("loc") else ""
+        close = difflib.get_close_matches(key, model_fields, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key{hint}; allowed keys: {', '.join(model_fields)}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return f"must be a whole number (got {got!r})"
     if kind in ("float_parsing", "float_type"):

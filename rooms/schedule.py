@@ -247,7 +247,8 @@ class RoomScheduler:
     async def run_now(self, name: str, target: str | None = None) -> None:
         """Fire one kickoff now (`botweave room run NAME [--target T]`); the schedule is untouched.
 
-        Raises ValueError for an unknown room or when neither `target` nor the room has one.
+        Raises ValueError for an unknown room or when neither `target` nor the room has one, and
+        whatever made the kickoff fail: the person who asked for it is waiting for the answer.
         """
         room = self.rooms.get(name)
         if room is None:
@@ -255,7 +256,8 @@ class RoomScheduler:
         chosen = target or room.target
         if not chosen:
             raise ValueError(f"room {name} has no `target:`; pass one, e.g. --target discord:123456")
-        await self._run(name, chosen, room.kickoff or "", None)
+        log.info("room %s: kickoff into %s (run by hand)", name, chosen)
+        await self._fire(name, chosen, room.kickoff or DEFAULT_KICKOFF.format(room=name))
 
     def describe(self) -> list[ScheduleInfo]:
         """Every room with its schedule and next run time (None when unscheduled)."""

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, Literal
 
-from botweave.adapter import Adapter
+from botweave.adapter import Adapter, PlatformRejected
 from botweave.agents import Agent, History, litellm_module
 from botweave.commands import CommandRegistry
-from botweave.config import BotConfig
+from botweave.config import BotConfig, PlatformConfig
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel
 from botweave.hooks import HookEvent, HookRegistry
@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 Role = Literal["all", "worker", "ingress"]
 DIGEST_FLUSH_SECONDS = 30.0
+#: Pauses between the tries to start a platform: three tries over about ten seconds.
+START_RETRY_PAUSES = (3.0, 7.0)
 
 
 class App:
@@ -67,6 +69,8 @@ class App:
         self.router = Router(config.routes, default_agent=next(iter(self.agents)))
         self.history = History(self.store)
         self.adapters: dict[str, Adapter] = {}
+        #: Enabled platforms that never came up, with why (the CLI exits 1 for these).
+        self.failed_platforms: dict[str, str] = {}
         self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -144,12 +148,11 @@ class App:
             cfg = self.config.store
             self.stream = InboundStream(shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)
             await self.stream.ensure_group()
-        for name, adapter in list(self.adapters.items()):
+        for name in list(self.adapters):
             self._explain_access(name)
-            try:
-                await adapter.start(inbound=inbound)
-            except Exception as exc:
-                log.error("platform %s failed to start: %s", name, exc)
+            failure = await self._start_platform(name, sections.get(name), inbound=inbound)
+            if failure is not None:
+                self.failed_platforms[name] = failure
                 self.adapters.pop(name)
                 self._platform_configs.pop(name)
         if shared is not None and self.stream is not None and receive:
@@ -170,6 +173,30 @@ class App:
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
+
+    async def _start_platform(self, name: str, section: PlatformConfig | None, *, inbound: bool) -> str | None:
+        """Start a platform, trying again over ~10 s (a network blip at boot is not an
+        outage) unless the platform refused us for good; the failure, in one line, when it
+        never came up. Each try gets a fresh adapter: SDK clients do not restart once closed."""
+        failure = ""
+        for attempt, pause in enumerate((*START_RETRY_PAUSES, None), start=1):
+            adapter = self.adapters[name]
+            try:
+                await adapter.start(inbound=inbound)
+                log.info("platform %s started (%s)", name, "receiving" if inbound else "sending only")
+                return None
+            except Exception as exc:
+                failure = f"{exc}" if isinstance(exc, PlatformRejected) else f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(Exception):
+                    await adapter.stop()
+                if pause is None or section is None or isinstance(exc, PlatformRejected):
+                    break
+                log.warning("platform %s did not start (%s); try %d of %d in %.0fs",
+                            name, failure, attempt + 1, len(START_RETRY_PAUSES) + 1, pause)
+                await asyncio.sleep(pause)
+                self.add_adapter(installed_platforms()[name].create(section))
+        log.error("platform %s failed to start: %s", name, failure)
+        return failure
 
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""

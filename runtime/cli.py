@@ -19,32 +19,47 @@ from botweave.version import __version__
 log = logging.getLogger("botweave")
 
 
+CONFIG_HELP = "bot.yaml (default: ./bot.yaml, then ./bot.yaml.example, then a built-in console config)"
+
+
+def _common_options(*, on_subcommand: bool) -> argparse.ArgumentParser:
+    """Options that may stand before or after the subcommand (`botweave -v run` and
+    `botweave run -v`). On subcommands they default to "not given", so they never undo
+    what was written before the subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    default = argparse.SUPPRESS if on_subcommand else 0
+    common.add_argument("-v", "--verbose", action="count", default=default, help="more logging (-vv for debug)")
+    return common
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="botweave", description="Connect chat platforms to LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="botweave", description="Connect chat platforms to LLM agents.", parents=[_common_options(on_subcommand=False)]
+    )
     parser.add_argument("--version", action="version", version=f"botweave {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run every enabled platform")
-    run.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
+    common = [_common_options(on_subcommand=True)]
+    run = sub.add_parser("run", help="run every enabled platform", parents=common)
+    run.add_argument("config", nargs="?", help=CONFIG_HELP)
     run.add_argument(
         "--role",
         choices=("all", "worker", "ingress"),
         default="all",
         help="with a Redis store: hold platform connections (ingress), answer (worker), or both",
     )
-    chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)")
-    chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
-    check = sub.add_parser("check", help="validate a config and print it with secrets masked")
-    check.add_argument("config", help="bot.yaml to check")
-    room = sub.add_parser("room", help="list rooms or run a stand-up now")
+    chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)", parents=common)
+    chat.add_argument("config", nargs="?", help=CONFIG_HELP)
+    check = sub.add_parser("check", help="validate a config and print it with secrets masked", parents=common)
+    check.add_argument("config", nargs="?", help=CONFIG_HELP)
+    room = sub.add_parser("room", help="list rooms or run a stand-up now", parents=common)
     room_sub = room.add_subparsers(dest="action", required=True)
-    room_list = room_sub.add_parser("list", help="rooms, their schedules and next run times")
-    room_list.add_argument("--config", help="bot.yaml")
-    room_run = room_sub.add_parser("run", help="kick a room off now")
+    room_list = room_sub.add_parser("list", help="rooms, their schedules and next run times", parents=common)
+    room_list.add_argument("--config", help=CONFIG_HELP)
+    room_run = room_sub.add_parser("run", help="kick a room off now", parents=common)
     room_run.add_argument("name")
     room_run.add_argument("--target", help="where to post, e.g. discord:123456 (default: the room's target)")
-    room_run.add_argument("--config", help="bot.yaml")
-    pair = sub.add_parser("pair", help="approve, deny, list or revoke pairing requests")
+    room_run.add_argument("--config", help=CONFIG_HELP)
+    pair = sub.add_parser("pair", help="approve, deny, list or revoke pairing requests", parents=common)
     pair_sub = pair.add_subparsers(dest="action", required=True)
     for action, args, text in (
         ("approve", ("platform", "code"), "let the user who has this code in"),
@@ -52,10 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         ("revoke", ("platform", "user"), "remove an approved user"),
         ("list", (), "show pending requests and approved users"),
     ):
-        command = pair_sub.add_parser(action, help=text)
+        command = pair_sub.add_parser(action, help=text, parents=common)
         for arg in args:
             command.add_argument(arg)
-        command.add_argument("--config", help="bot.yaml whose store holds the pairing state")
+        command.add_argument("--config", help=CONFIG_HELP)
     return parser
 
 
@@ -89,7 +104,8 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -
         loop.add_signal_handler(sig, stop.set)
     await app.start(platforms)
     if not app.adapters:
-        log.error("no platform is running; enable one under `platforms:` in bot.yaml")
+        if not app.failed_platforms:
+            log.error("no platform is running; enable one under `platforms:` in bot.yaml")
         await app.stop()
         return 1
     console = app.adapters.get("console")
@@ -102,10 +118,27 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -
     if not stop.is_set():
         await app.drain()  # end of input: answer what was asked, then leave
     await app.stop()
-    return 0
+    return 1 if app.failed_platforms else 0
 
 
-def _check(path: str) -> int:
+def unroutable_models(config: Any) -> list[str]:
+    """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
+    found before the first turn apologises for it."""
+    from botweave.agents import litellm_module
+
+    litellm = litellm_module()
+    problems = []
+    for name, agent in config.agents.items():
+        try:
+            litellm.get_llm_provider(model=agent.model, api_base=agent.api_base)
+        except Exception as exc:
+            reason = str(exc).splitlines()[0][:200]
+            problems.append(f"agents.{name}.model: litellm cannot route {agent.model!r} ({reason})")
+    return problems
+
+
+def _check(path: str | None) -> int:
+    from botweave.config import ConfigError
     from botweave.runtime.dump import dump_config
     from botweave.store import StoreUnavailable, open_store, redact_url
 
@@ -113,6 +146,9 @@ def _check(path: str) -> int:
     print(dump_config(config))
     enabled = config.enabled_platforms()
     print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
+    unroutable = unroutable_models(config)
+    if unroutable:
+        raise ConfigError(unroutable)
     if config.store.url.startswith("memory://"):
         return 0
 
@@ -190,12 +226,28 @@ async def _room(args: argparse.Namespace) -> int:
             when = row.next_run.isoformat() if row.next_run else "-"
             print(f"{row.room}  [{roster}]  schedule: {row.schedule or '-'}  next: {when}")
         return 0
+    room = app.rooms.configs.get(args.name)
+    if room is None:
+        print(f"botweave: unknown room {args.name!r}; rooms: {', '.join(app.rooms.configs)}", file=sys.stderr)
+        return 1
+    target = args.target or room.target
+    if not target:
+        print(f"botweave: room {args.name} has no `target:`; pass one, e.g. --target discord:123456", file=sys.stderr)
+        return 1
     await app.start(receive=False)  # post only: the running bot keeps the platform connections
     try:
-        await app.rooms.scheduler.run_now(args.name, args.target)
+        if app.targets.resolve(target) is None:
+            platform = target.partition(":")[0]
+            print(
+                f"botweave: target {target!r} does not resolve: platform {platform!r} is not running "
+                "(not configured, disabled, missing credentials, or it failed to start)",
+                file=sys.stderr,
+            )
+            return 1
+        await app.rooms.scheduler.run_now(args.name, target)
         await app.rooms.scheduler.idle()
-    except ValueError as exc:
-        print(f"botweave: {exc}", file=sys.stderr)
+    except Exception as exc:
+        print(f"botweave: room {args.name} failed: {exc}", file=sys.stderr)
         return 1
     finally:
         await app.stop()

@@ -40,6 +40,7 @@ class BuiltinCommands:
     def register(self) -> None:
         self._registry.register("new", self.new, help="start a new conversation (forget the earlier messages)")
         self._registry.register("help", self.help, help="show this help")
+        self._registry.register("start", self.help, help="the same as /help (what a platform's Start button sends)")
         self._registry.register("status", self.status, help="show the agent, model, platform and uptime")
 
     async def new(self, inbound: Inbound) -> str:

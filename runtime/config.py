@@ -135,19 +135,32 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
         except FileNotFoundError:
             raise ConfigError([f"{origin}: file not found"]) from None
         except yaml.YAMLError as exc:
-            raise ConfigError([f"{origin}: not valid YAML: {exc}"]) from None
+            raise ConfigError([_yaml_problem(origin, exc)]) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{origin}: cannot be read ({exc})"]) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError([f"{origin}: the top level must be a mapping (bot:, agents:, platforms:, …)"])
     refs: dict[str, list[str]] = {}
-    data = substitute_env(raw, os.environ if env is None else env, refs=refs)
+    unset: list[str] = []
+    data = substitute_env(raw, os.environ if env is None else env, refs=refs, unset=unset)
+    if unset:
+        raise ConfigError(unset)
     try:
         config = Config.model_validate(data, context={"platforms": tuple(installed_platforms())})
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, Config)) from None
     config._env_refs = refs
     return config
+
+
+def _yaml_problem(origin: str, exc: yaml.YAMLError) -> str:
+    """`bot.yaml:12:5: not valid YAML: <what>`, the place first, the way editors link it."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin
+    what = " ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
+    return f"{where}: not valid YAML: {what or exc}"
 
 
 def find_config(explicit: str | None) -> Path | None:

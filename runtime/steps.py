@@ -14,6 +14,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.router import Router
 from botweave.runtime.turns import user_entry
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT
 
 
 class MessageHooks:
@@ -41,16 +42,26 @@ class MessageHooks:
 
 class Commands:
     """A person's `/command` runs its handler from the registry; an observing bot records
-    commands like any message and runs none."""
+    commands like any message and runs none.
+
+    An unknown command is answered with a pointer to /help rather than handed to the model
+    as text. In a group, where several bots may share one command namespace, that answer is
+    given only when the command was clearly meant for us (`/cmd@ourbot`, a mention or a
+    reply); otherwise the command is left for whichever bot knows it."""
 
     def __init__(self, registry: CommandRegistry) -> None:
         self._registry = registry
 
     async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         msg = inbound.message
-        command = self._registry.get(msg.command) if msg.allow_control and not inbound.observe_only else None
-        if command is None:
+        if not msg.is_command or not msg.allow_control or inbound.observe_only:
             return await call_next(inbound)
+        command = self._registry.get(msg.command)
+        if command is None:
+            if msg.is_group and not (msg.command_target or msg.metadata.get(META_MENTIONS_BOT) or msg.metadata.get(META_REPLY_TO_BOT)):
+                return TurnOutcome(TurnStatus.IGNORED, detail=f"unknown command /{msg.command}")
+            text = f"Unknown command /{msg.command}. Send /help to see what I understand."
+            return TurnOutcome(TurnStatus.COMMAND, await inbound.reply.send_text(text, purpose="command"), detail="unknown")
         answer = await command.handler(inbound)
         delivered = await inbound.reply.send_text(answer, purpose="command") if answer is not None else None
         return TurnOutcome(TurnStatus.COMMAND, delivered, detail=command.name)

@@ -107,6 +107,24 @@ async def test_new_resets_the_conversation_and_status_reports():
     assert "/new — start a new conversation" in help_reply.delivery.text
 
 
+async def test_start_answers_like_help_and_unknown_commands_say_so():
+    app, adapter = await make_app()
+    start = await app.handle(message("/start"))
+    assert start.status == "command" and start.delivery.text == (await app.handle(message("/help"))).delivery.text
+    unknown = await app.handle(message("/frobnicate now"))
+    assert unknown.status == "command"
+    assert adapter.texts()[-1] == "Unknown command /frobnicate. Send /help to see what I understand."
+    assert await app.history.load("test:dm:u1", 50) == []  # never handed to the model as text
+
+
+async def test_in_groups_an_unknown_command_answers_only_when_meant_for_us():
+    app, adapter = await make_app(group_policy="respond_all")
+    bare = await app.handle(message("/othercommand", channel_type="group"))
+    assert bare.status == "ignored" and adapter.texts() == []  # maybe another bot's command
+    addressed = await app.handle(message("/othercommand@testbot", channel_type="group"))
+    assert addressed.status == "command" and adapter.texts()[-1].startswith("Unknown command /othercommand.")
+
+
 async def test_commands_from_non_control_content_are_not_executed():
     app, adapter = await make_app()
     await app.handle(message("remember me"))

@@ -6,6 +6,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.emulators.telegram import telegram_emulator  # noqa: F401  (fixture)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -155,3 +157,84 @@ def test_room_list_and_run_now(tmp_path):
     assert "Good morning!" in ran.stdout
     unknown = botweave("room", "run", "nosuch", "--config", str(config))
     assert unknown.returncode == 1 and "unknown room 'nosuch'" in unknown.stderr
+
+
+def test_verbose_goes_before_or_after_the_subcommand(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    for args in (("-v", "chat", str(config)), ("chat", str(config), "-v")):
+        result = botweave(*args, stdin="hi\n")
+        assert result.returncode == 0, result.stderr
+        assert "INFO" in result.stderr, args  # -v turned INFO logging on, wherever it stood
+
+
+def test_every_subcommand_finds_the_same_default_config(tmp_path):
+    (tmp_path / "bot.yaml").write_text("agents: {mine: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    checked = botweave("check", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    assert "mine:" in checked.stdout
+    chatted = botweave("chat", stdin="/status\n", cwd=tmp_path)
+    assert "agent: mine" in chatted.stdout
+
+
+def test_check_refuses_a_model_litellm_cannot_route(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents: {a: {model: offline/echo}, b: {model: nosuchprovider/model-x}}\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 2
+    assert "agents.b.model: litellm cannot route 'nosuchprovider/model-x'" in result.stderr
+    assert "agents.a.model" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_variable_that_is_not_set_stops_the_start_with_its_name(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents: {a: {model: offline/echo, instructions: 'You are ${BOT_PERSONA}'}}\n")
+    env = {k: v for k, v in os.environ.items() if k != "BOT_PERSONA"}
+    result = botweave("chat", str(config), stdin="hi\n", env=env)
+    assert result.returncode == 2
+    assert "agents.a.instructions: ${BOT_PERSONA} is not set" in result.stderr
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents:\n  a: {model: offline/echo\nplatforms: {}\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 2
+    assert f"{config}:3:" in result.stderr and "not valid YAML" in result.stderr
+    assert "<unicode string>" not in result.stderr
+
+
+def test_room_run_into_a_platform_that_is_not_running_is_one_line_and_exit_1(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text(ROOM_CONFIG)
+    result = botweave("room", "run", "standup", "--target", "discord:123", "--config", str(config))
+    assert result.returncode == 1
+    assert "target 'discord:123' does not resolve: platform 'discord' is not running" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_a_platform_that_refuses_the_token_makes_the_exit_code_1(tmp_path, telegram_emulator):
+    """The console still answers, so the person at it is not left stranded; the exit code
+    tells a supervisor that an enabled platform never came up."""
+    import asyncio
+
+    emu = telegram_emulator
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents: {a: {model: offline/echo}}\n"
+        "platforms:\n"
+        "  console: {}\n"
+        f"  telegram: {{token: '999:wrong-token', api_base_url: '{emu.api_base_url}'}}\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "botweave", "run", str(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(ROOT), env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(b"hello\n"), timeout=60)
+    assert proc.returncode == 1
+    assert "a (offline echo) heard: hello" in stdout.decode()
+    errors = stderr.decode()
+    assert "platform telegram failed to start: Telegram rejected the bot token" in errors
+    assert "wrong-token" not in errors and "Traceback" not in errors

@@ -26,7 +26,8 @@ def problems(data, env=None) -> list[str]:
             "bot.group_policy: must be one of respond_all, mention_only, command_only, observe (got 'everyone')",
         ),
         ({**AGENTS, "colour": "blue"}, "colour: unknown key; allowed keys: bot, agents, platforms, routes"),
-        ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key; allowed keys:"),
+        ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key (did you mean 'token'?); allowed keys:"),
+        ({**AGENTS, "bot": {"streming": True}}, "bot.streming: unknown key (did you mean 'streaming'?); allowed keys:"),
         ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, telegram"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": "soon"}}, "bot.stream_edit_interval_ms: must be a whole number (got 'soon')"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be at least 0 (got -5)"),
@@ -76,11 +77,17 @@ def test_rooms_are_typed_and_named_by_their_key():
     assert "max_rounds: 2" in dump_config(config) and "name: team" not in dump_config(config)
 
 
+def problems_with_env(data, env):
+    with pytest.raises(ConfigError) as info:
+        load_config(data, env=env)
+    return info.value.problems
+
+
 def test_broken_yaml_file_is_reported_with_its_path(tmp_path):
     path = tmp_path / "bot.yaml"
-    path.write_text("agents: [unclosed\n")
+    path.write_text("agents:\n  a:\n    model: [unclosed\n")
     found = problems(path)
-    assert found[0].startswith(f"{path}: not valid YAML")
+    assert found[0].startswith(f"{path}:4:1: not valid YAML: while parsing a flow sequence")
     assert problems(tmp_path / "missing.yaml") == [f"{tmp_path / 'missing.yaml'}: file not found"]
 
 
@@ -105,8 +112,18 @@ def test_env_substitution_with_defaults(tmp_path):
     assert config.platforms.telegram.token.get_secret_value() == "123:secret"
 
 
-def test_platform_with_unset_token_variable_is_skipped_with_one_warning(caplog):
-    data = {**AGENTS, "platforms": {"console": {}, "discord": {"token": "${DISCORD_BOT_TOKEN}"}}}
+def test_a_variable_that_is_not_set_is_a_config_error_naming_it():
+    data = {**AGENTS, "platforms": {"discord": {"token": "${DISCORD_BOT_TOKEN}"}}}
+    assert problems_with_env(data, {}) == [
+        "platforms.discord.token: ${DISCORD_BOT_TOKEN} is not set "
+        "(export DISCORD_BOT_TOKEN=..., or write ${DISCORD_BOT_TOKEN:-} to allow it empty)"
+    ]
+    set_but_empty = load_config(data, env={"DISCORD_BOT_TOKEN": ""})  # set, even if empty: taken as it is
+    assert set_but_empty.platforms.discord.token.get_secret_value() == ""
+
+
+def test_platform_with_empty_token_variable_is_skipped_with_one_warning(caplog):
+    data = {**AGENTS, "platforms": {"console": {}, "discord": {"token": "${DISCORD_BOT_TOKEN:-}"}}}
     config = load_config(data, env={})
     with caplog.at_level(logging.WARNING):
         enabled = config.enabled_platforms()

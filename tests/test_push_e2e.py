@@ -181,7 +181,8 @@ async def test_a_standup_whose_target_does_not_resolve_notifies_the_owner(run_ap
         room={"owner": "telegram:1", "target": "discord:123", "kickoff": "Stand-up: what did you do?"},
     )
     assert app.rooms is not None
-    await asyncio.wait_for(app.rooms.scheduler.run_now("standup"), timeout=10)
+    with pytest.raises(RuntimeError, match="does not resolve"):  # whoever ran it hears it failed
+        await asyncio.wait_for(app.rooms.scheduler.run_now("standup"), timeout=10)
     (dm,) = emu.sent_texts(ANN["id"])
     assert dm == "Room standup: the stand-up failed: target 'discord:123' does not resolve to a chat"
     assert emu.sent(TEAM) == []
@@ -195,7 +196,8 @@ async def test_a_standup_into_a_chat_telegram_rejects_notifies_the_owner(run_app
     )
     assert app.rooms is not None
     emu.fail("sendMessage", code=400, description="Bad Request: chat not found", chat_id=-1002, times=100)
-    await asyncio.wait_for(app.rooms.scheduler.run_now("standup"), timeout=10)
+    with pytest.raises(RuntimeError, match="could be delivered"):
+        await asyncio.wait_for(app.rooms.scheduler.run_now("standup"), timeout=10)
     rejected = [c.status for c in emu.calls_to("sendMessage") if str(c.params.get("chat_id")) == "-1002"]
     if rejected != [400, 400]:  # not an AssertionError: a broken set-up must not pass as the known bug
         pytest.fail(f"both agents' posts should have been rejected, got {rejected}")

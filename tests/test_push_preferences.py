@@ -86,7 +86,7 @@ def test_empty_or_missing_block_gives_the_spec_defaults() -> None:
         ({"recipients": {"telegram:42": {"categories": "agent_question"}}}, "push.recipients.telegram:42.categories: expected a list of categories (or all), e.g. categories: [agent_question]"),
         ({"recipients": {"telegram:42": {"detail": "verbose"}}}, "push.recipients.telegram:42.detail: unknown detail level"),
         ({"recipients": {"telegram:42": {"digest": "yes"}}}, "push.recipients.telegram:42.digest: must be true or false (got 'yes')"),
-        ({"recipients": {"telegram:42": {"quiet": "22:00-07:00"}}}, "push.recipients.telegram:42.quiet: unknown key; allowed keys: categories, quiet_hours, timezone"),
+        ({"recipients": {"telegram:42": {"quiet": "22:00-07:00"}}}, "push.recipients.telegram:42.quiet: unknown key (did you mean 'quiet_hours'?); allowed keys: categories, quiet_hours, timezone"),
         ({"recipients": {"telegram:42": {"webhook": "nope"}}}, "push.recipients.telegram:42.webhook: unknown webhook 'nope'"),
         ({"recipients": {"fax:42": {}}}, "push.recipients.fax:42: write recipients as <platform>:<user_id>"),
         ({"recipients": {"telegram:42": {"name": "al ice"}}}, "push.recipients.telegram:42.name: 'al ice' is not an @-handle"),

@@ -20,6 +20,7 @@ from typing import Any
 
 import discord
 import yarl
+from botweave.adapter import PlatformRejected
 from botweave.adapters.cache import BoundedCache
 from botweave.adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
 from botweave.adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 30.0
 
 
-class DiscordLoginError(RuntimeError):
+class DiscordLoginError(PlatformRejected):
     """Discord refused the bot: bad token, or a privileged intent not enabled for it."""
 
 

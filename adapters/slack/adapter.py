@@ -29,7 +29,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from aiohttp import ClientConnectorError, web
-from botweave.adapter import Adapter
+from botweave.adapter import Adapter, PlatformRejected
 from botweave.adapters.cache import BoundedCache
 from botweave.adapters.slack.config import SlackConfig
 from botweave.types import (
@@ -172,7 +172,7 @@ class SlackAdapter(Adapter):
         try:
             auth = await client.auth_test()
         except SlackApiError as exc:
-            raise RuntimeError(
+            raise PlatformRejected(
                 f"slack: auth.test failed ({exc.response.get('error')}); check platforms.slack.bot_token"
             ) from None
         identity = SelfIdentity(
@@ -209,7 +209,7 @@ class SlackAdapter(Adapter):
         try:
             opened = await self._client.apps_connections_open(app_token=app_token)
         except SlackApiError as exc:
-            raise RuntimeError(
+            raise PlatformRejected(
                 f"slack: apps.connections.open failed ({exc.response.get('error')}); check "
                 "platforms.slack.app_token (an xapp- token with connections:write)"
             ) from None

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from botweave.adapter import Adapter
+from botweave.adapter import Adapter, PlatformRejected
 from botweave.adapters.telegram.client import PerChatUpdateProcessor, TolerantBot
 from botweave.adapters.telegram.config import TelegramConfig
 from botweave.adapters.telegram.inbound import Me, normalise
@@ -236,7 +236,7 @@ class TelegramAdapter(Adapter):
         except InvalidToken:
             await self.stop()
             # PTB's message repeats the token; this one does not.
-            raise RuntimeError("Telegram rejected the bot token (check platforms.telegram.token)") from None
+            raise PlatformRejected("Telegram rejected the bot token (check platforms.telegram.token)") from None
         except BaseException:
             await self.stop()
             raise
