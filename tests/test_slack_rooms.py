@@ -268,7 +268,7 @@ async def test_send_as_never_resends_a_post_that_may_have_been_delivered(
     assert result.status == "failed" and "not resent" in result.detail
     assert len(emulator.calls_to("chat.postMessage")) == 1  # neither retried nor re-posted with a prefix
     assert [m["username"] for m in emulator.messages[ELSEWHERE]] == ["Planner"]
-    assert adapter.identities_refused is False
+    assert adapter.outbound.identities_refused is False
 
 
 async def test_other_refusals_do_not_switch_to_the_name_prefix(
@@ -278,5 +278,5 @@ async def test_other_refusals_do_not_switch_to_the_name_prefix(
     assert (nowhere.status, nowhere.detail) == ("no_route", "channel_not_found")
     empty = await adapter.send_as(AgentIdentity("Planner"), ELSEWHERE, "   ")
     assert (empty.status, empty.detail) == ("failed", "empty message")
-    assert adapter.identities_refused is False
+    assert adapter.outbound.identities_refused is False
     assert len(emulator.calls_to("chat.postMessage")) == 1  # the empty post never reached Slack
