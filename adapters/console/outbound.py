@@ -16,7 +16,8 @@ class ConsoleOutbound(Outbound):
     def __init__(self, stdout: TextIO) -> None:
         self._out = stdout
         self._ids = itertools.count(1)
-        self._shown: dict[str, str] = {}  # message id -> text printed so far
+        #: Message id -> its text as printed so far (what the terminal shows for it).
+        self.messages: dict[str, str] = {}
         self._open_line = False  # a streamed message may still grow on the current line
 
     def _write(self, text: str) -> None:
@@ -33,11 +34,11 @@ class ConsoleOutbound(Outbound):
         message_id = f"out-{next(self._ids)}"
         self._write(text)
         self._open_line = True
-        self._shown[message_id] = text
+        self.messages[message_id] = text
         return message_id
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
-        shown = self._shown.get(message_id)
+        shown = self.messages.get(message_id)
         if shown is None:
             raise ActionError("failed", "message to edit not found")
         if text.startswith(shown) and self._open_line:
@@ -46,10 +47,10 @@ class ConsoleOutbound(Outbound):
             self.end_line()
             self._write(text)
             self._open_line = True
-        self._shown[message_id] = text
+        self.messages[message_id] = text
 
     async def delete(self, chat_id: str, message_id: str) -> None:
-        if self._shown.pop(message_id, None) is None:
+        if self.messages.pop(message_id, None) is None:
             raise ActionError("failed", "message to delete not found")
 
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
