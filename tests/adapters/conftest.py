@@ -3,6 +3,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.adapters.platforms import DRIVERS, PlatformDriver
+from tests.adapters.rooms import ROOM_DRIVERS, RoomDriver
 
 
 @pytest.fixture(params=sorted(DRIVERS))
@@ -15,3 +16,14 @@ async def platform(request: pytest.FixtureRequest) -> AsyncIterator[PlatformDriv
     finally:
         await driver.stop()
 
+
+@pytest.fixture(params=sorted(ROOM_DRIVERS))
+async def room(request: pytest.FixtureRequest) -> AsyncIterator[RoomDriver]:
+    """Each platform's emulator, ready for an App with a room (`await room.start()`); the App
+    is stopped before the emulator."""
+    driver = ROOM_DRIVERS[request.param]()
+    await driver.start_emulator()
+    try:
+        yield driver
+    finally:
+        await driver.stop()
