@@ -30,7 +30,8 @@ from telegram.request import HTTPXRequest
 from .client import PerChatUpdateProcessor, TolerantBot
 from .config import TelegramConfig
 from .inbound import HANDOVER_TIMEOUT_S, TelegramInbound
-from .outbound import Pacer, TelegramOutbound
+from .outbound import TelegramOutbound
+from .pacing import Pacer
 from .webhook import WebhookServer
 
 log = logging.getLogger(__name__)

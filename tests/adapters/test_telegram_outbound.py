@@ -11,7 +11,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from botweave.adapters.telegram.adapter import TelegramAdapter
-from botweave.adapters.telegram.outbound import Pacer
+from botweave.adapters.telegram.pacing import Pacer
 from telegram.error import NetworkError, TelegramError, TimedOut
 
 from tests.emulators.telegram import (
@@ -284,7 +284,7 @@ def _raised_from(cause: Exception, error: TelegramError) -> TelegramError:
 async def test_only_provably_unsent_sends_are_retried():
     refused = _raised_from(httpx.ConnectError("connection refused"), NetworkError("httpx.ConnectError"))
     read_timeout = _raised_from(httpx.ReadTimeout("no answer"), TimedOut())
-    outbound = Pacer()
+    pacer = Pacer()
     attempts: list[str] = []
 
     async def flaky(error: TelegramError) -> str:
@@ -293,11 +293,11 @@ async def test_only_provably_unsent_sends_are_retried():
             raise error
         return "sent"
 
-    assert await outbound.call("1", lambda: flaky(refused), idempotent=False) == "sent"
+    assert await pacer.call("1", lambda: flaky(refused), idempotent=False) == "sent"
     assert len(attempts) == 2  # never reached Telegram: safe to send again
     attempts.clear()
     with pytest.raises(TimedOut):
-        await outbound.call("1", lambda: flaky(read_timeout), idempotent=False)
+        await pacer.call("1", lambda: flaky(read_timeout), idempotent=False)
     assert len(attempts) == 1  # Telegram may have it: a second send could duplicate
     attempts.clear()
-    assert await outbound.call("1", lambda: flaky(read_timeout), idempotent=True) == "sent"
+    assert await pacer.call("1", lambda: flaky(read_timeout), idempotent=True) == "sent"
