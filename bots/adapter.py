@@ -62,7 +62,8 @@ class Outbound(ABC):
 
     Each primitive only makes its request: it returns on success and raises otherwise. The
     adapter applies the shared rules around it and reads any exception through `classify`.
-    Primitives of capabilities a platform lacks are never called, so they need no body.
+    A platform overrides what it can do; the primitive of a capability it declares missing is
+    never called.
     """
 
     @abstractmethod
@@ -99,6 +100,10 @@ class Outbound(ABC):
 
 
 class Adapter(ABC):
+    """One platform connection. A platform declares its `capabilities` and the event kinds it
+    `emits`, logs in on `start` (setting `self_user` and its `outbound` part), and has its
+    inbound part hand what it reads to `dispatch`; everything else is shared."""
+
     platform: ClassVar[str]
     capabilities: ClassVar[PlatformCapabilities]
     #: The PlatformEvent kinds this adapter can deliver; a kind not listed is never emitted.
