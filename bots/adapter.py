@@ -1,10 +1,18 @@
-"""What every platform adapter provides to the runtime.
+"""What every platform adapter provides to the runtime, and the rules all platforms share.
 
-An adapter owns one platform connection. Inbound, it turns SDK events into `BotMessage` /
-`PlatformEvent` and hands them to the sink the runtime bound to it; the sink returns quickly
-(turns run in the background), so platforms that need a fast acknowledgement get one.
-Outbound, it sends, edits, deletes and reacts, reporting every outcome as a
-`MessageActionResult` instead of raising, so one failed action never stops a turn.
+An adapter owns one platform connection and is composed of two parts. Its inbound part turns
+SDK events into `BotMessage` / `PlatformEvent` and hands them to `dispatch`, which passes them
+to the sink the runtime bound; the sink returns quickly (turns run in the background), so
+platforms that need a fast acknowledgement get one. Its outbound part (`Outbound`) makes the
+platform's calls.
+
+The outbound actions follow python-telegram-bot's `BaseRequest`: the public methods here
+(`send`, `edit`, `delete`, `react`, `send_as`, `send_direct`) hold every rule once — nothing is
+routable before `start`, empty text is never posted, a missing capability is `unsupported`, an
+agent the platform cannot post as gets its name in front of the text — then call the platform's
+primitive, which only makes the request, and turn whatever it raises into a
+`MessageActionResult` through that platform's one `classify` hook. So every outcome is a typed
+result, and one failed action never stops a turn.
 """
 
 from __future__ import annotations
@@ -16,9 +24,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from botweave.config import PlatformConfig
-from botweave.types import AgentIdentity, BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
+from botweave.replies import chunk_text, measure
+from botweave.types import (
+    ActionStatus,
+    AgentIdentity,
+    BotMessage,
+    BotUser,
+    MessageActionResult,
+    PlatformCapabilities,
+    PlatformEvent,
+)
 
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
+#: How a failed platform call reads: its status and a short reason in the platform's words.
+Outcome = tuple[ActionStatus, str]
 
 log = logging.getLogger(__name__)
 
@@ -28,31 +47,124 @@ class PlatformRejected(RuntimeError):
     rejected token, a missing permission); the message says what to change."""
 
 
-def name_prefix(identity: AgentIdentity) -> str:
-    """How a post shows its author where the platform cannot post under another name."""
-    return f"**{identity.name}:** "
+class ActionError(Exception):
+    """An outcome a primitive reports itself rather than through an SDK error: an id the
+    platform cannot read, a reaction it does not offer, a post that may have been delivered."""
+
+    def __init__(self, status: ActionStatus, detail: str) -> None:
+        super().__init__(detail)
+        self.status: ActionStatus = status
+        self.detail = detail
+
+
+class NoIdentity(Exception):
+    """The platform cannot post under the agent's own name in this chat, and nothing was
+    posted; the turn goes out with the name in front of the text instead."""
+
+
+class Outbound(ABC):
+    """One platform's outbound calls.
+
+    Each primitive only makes its request: it returns on success and raises otherwise. The
+    adapter applies the shared rules around it and reads any exception through `classify`.
+    A platform overrides what it can do; the primitive of a capability it declares missing is
+    never called.
+    """
+
+    @abstractmethod
+    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str | None:
+        """Post one message (already within the length limit); its platform id."""
+
+    async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
+        raise ActionError("unsupported", "edit: not supported")
+
+    async def delete(self, chat_id: str, message_id: str) -> None:
+        raise ActionError("unsupported", "delete: not supported")
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
+        raise ActionError("unsupported", "react: not supported")
+
+    async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str | None:
+        """Post under the agent's own name and picture; raise `NoIdentity` where that is impossible."""
+        raise NoIdentity
+
+    async def direct_chat(self, user_id: str) -> str:
+        """The chat that reaches this user privately; on most platforms the user id itself."""
+        return user_id
+
+    async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
+        """Show the typing indicator once."""
+
+    async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
+        """A reply is complete (its streamed edits included)."""
+
+    @abstractmethod
+    def classify(self, exc: Exception, action: str) -> Outcome:
+        """Read a failed call. `action` is `send` for anything that posts a new message (such a
+        post may have been delivered and is never repeated), else `edit`, `delete` or `react`."""
 
 
 class Adapter(ABC):
+    """One platform connection. A platform declares its `capabilities` and the event kinds it
+    `emits`, logs in on `start` (setting `self_user` and its `outbound` part), and has its
+    inbound part hand what it reads to `dispatch`; everything else is shared."""
+
     platform: ClassVar[str]
     capabilities: ClassVar[PlatformCapabilities]
     #: The PlatformEvent kinds this adapter can deliver; a kind not listed is never emitted.
-    emits: ClassVar[frozenset[str]] = frozenset()
+    emits: frozenset[str] = frozenset()
     #: How often the runtime renews the typing indicator while a turn runs.
     typing_interval_s: ClassVar[float] = 4.0
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
         self.self_user: BotUser | None = None  # known once start() has logged in
+        #: The platform's calls; set by start() once the platform accepted the bot, cleared by stop().
+        self.outbound: Outbound | None = None
         self._sink: InboundSink | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @abstractmethod
+    async def start(self, *, inbound: bool = True) -> None:
+        """Log in and get ready to send; with `inbound`, also start receiving. A worker that
+        only answers items from the shared stream starts with `inbound=False`."""
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+    def secret(self, field: str) -> str:
+        """A credential of this platform's bot.yaml section as text; an empty one is an error
+        that names the setting (never a value)."""
+        value = getattr(self.config, field, None)
+        text = value.get_secret_value().strip() if value is not None else ""
+        if not text:
+            raise ValueError(f"platforms.{self.platform}.{field} is not set")
+        return str(text)
+
+    def home_chat(self) -> str | None:
+        """The chat that the `<platform>` target resolves to, if configured."""
+        return getattr(self.config, "home_chat", None) or None
+
+    # --- inbound -----------------------------------------------------------------------------
 
     def bind(self, sink: InboundSink) -> None:
         self._sink = sink
 
+    def is_self(self, user_id: object) -> bool:
+        """Whether `user_id` is this bot's own user: most platforms show a bot its own posts,
+        and those must never start a turn."""
+        me = self.self_user
+        return me is not None and user_id is not None and str(user_id) == me.user_id
+
     async def dispatch(self, item: BotMessage | PlatformEvent) -> bool:
         """Hand an inbound item to the runtime; a failure there never kills the connection.
         False when the runtime did not take it, so a platform that can redeliver (a webhook
-        answered with an error) is not told the item arrived."""
+        answered with an error) is not told the item arrived. An event of a kind this adapter
+        does not declare is dropped here, so nothing undeclared ever reaches a hook."""
+        if isinstance(item, PlatformEvent) and item.kind not in self.emits:
+            log.debug("%s: %s not emitted by this adapter; dropped", self.platform, item.kind)
+            return True
         if self._sink is None:
             log.warning("%s: inbound item dropped, adapter not bound to a runtime", self.platform)
             return False
@@ -63,15 +175,8 @@ class Adapter(ABC):
             return False
         return True
 
-    @abstractmethod
-    async def start(self, *, inbound: bool = True) -> None:
-        """Log in and get ready to send; with `inbound`, also start receiving. A worker that
-        only answers items from the shared stream starts with `inbound=False`."""
+    # --- outbound ----------------------------------------------------------------------------
 
-    @abstractmethod
-    async def stop(self) -> None: ...
-
-    @abstractmethod
     async def send(
         self,
         chat_id: str,
@@ -81,39 +186,134 @@ class Adapter(ABC):
         reply_to: str | None = None,
     ) -> MessageActionResult:
         """Post one message (already within the length limit); `message_id` is set on ok."""
-
-    async def send_as(
-        self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
-    ) -> MessageActionResult:
-        """Post under an agent's own name (rooms). Platforms that cannot change the author
-        per message show the name as a bold prefix instead."""
-        return await self.send(chat_id, name_prefix(identity) + text, thread_id=thread_id)
-
-    async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
-        """A direct message to a user (pairing requests, notifications). Platforms whose DM
-        channel id differs from the user id override this."""
-        return await self.send(user_id, text)
+        return await self._perform(
+            "send", chat_id, lambda out: out.send(chat_id, text, thread_id=thread_id, reply_to=reply_to), text=text
+        )
 
     async def edit(
         self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
     ) -> MessageActionResult:
-        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot edit messages")
+        return await self._perform(
+            "edit",
+            chat_id,
+            lambda out: out.edit(chat_id, message_id, text, thread_id=thread_id),
+            text=text,
+            message_id=message_id,
+            capable=self.capabilities.can_edit,
+        )
 
     async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
-        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot delete messages")
+        return await self._perform(
+            "delete",
+            chat_id,
+            lambda out: out.delete(chat_id, message_id),
+            message_id=message_id,
+            capable=self.capabilities.can_delete,
+        )
 
     async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
-        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot react")
+        return await self._perform(
+            "react",
+            chat_id,
+            lambda out: out.react(chat_id, message_id, emoji),
+            message_id=message_id,
+            capable=self.capabilities.can_react,
+        )
+
+    async def send_as(
+        self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
+    ) -> MessageActionResult:
+        """Post under an agent's own name (rooms); where the platform cannot change the author,
+        with the name in front of the text (see `name_prefix`)."""
+        try:
+            return await self._perform(
+                "send", chat_id, lambda out: out.send_as(identity, chat_id, text, thread_id=thread_id), text=text
+            )
+        except NoIdentity:
+            return await self._send_named(identity, chat_id, text, thread_id)
+
+    async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
+        """A direct message to a user (pairing requests, notifications)."""
+        opened: list[str] = []
+
+        async def open_chat(out: Outbound) -> None:
+            opened.append(await out.direct_chat(user_id))
+
+        result = await self._perform("send", user_id, open_chat, text=text)
+        return await self.send(opened[0], text) if result.ok else result
+
+    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
+        """Show the typing indicator once; the runtime renews it every `typing_interval_s`.
+        A missed indicator is harmless, so nothing here ever fails a turn."""
+        out = self.outbound
+        if out is None or not self.capabilities.typing:
+            return
+        try:
+            await out.typing(chat_id, thread_id=thread_id)
+        except Exception as exc:
+            log.debug("%s: typing in %s failed: %s", self.platform, chat_id, exc)
 
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         """A reply is complete (its streamed edits included); the console ends its line here."""
+        if self.outbound is not None:
+            await self.outbound.end_reply(chat_id, message_ids)
 
-    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
-        """Show the typing indicator once; the runtime renews it every `typing_interval_s`."""
+    def name_prefix(self, identity: AgentIdentity) -> str:
+        """What shows the agent where the post's author cannot: its name in bold (a platform
+        without markdown says it its own way)."""
+        return f"**{identity.name}:** "
 
-    def home_chat(self) -> str | None:
-        """The chat that the `<platform>` target resolves to, if configured."""
-        return getattr(self.config, "home_chat", None) or None
+    async def _send_named(
+        self, identity: AgentIdentity, chat_id: str, text: str, thread_id: str | None
+    ) -> MessageActionResult:
+        """The post with the name in front, kept within the platform's limit: the runtime cuts
+        a turn at the full limit, and the name could push a full piece over it (a refusal on
+        most platforms), so the first piece leaves room for it and the rest follows as
+        continuation messages."""
+        prefix = self.name_prefix(identity)
+        limit, unit = self.capabilities.max_message_length, self.capabilities.length_unit
+        room = None if limit is None else limit - measure(prefix, unit)
+        if room is None or room < 1 or measure(text, unit) <= room:
+            return await self.send(chat_id, prefix + text, thread_id=thread_id)
+        first, *rest = chunk_text(text, room, unit)
+        result = await self.send(chat_id, prefix + first, thread_id=thread_id)
+        for piece in rest:
+            if not result.ok:
+                break
+            result = await self.send(chat_id, piece, thread_id=thread_id)
+        return result
+
+    async def _perform(
+        self,
+        action: str,
+        target: str,
+        call: Callable[[Outbound], Awaitable[str | None]],
+        *,
+        text: str | None = None,
+        message_id: str | None = None,
+        capable: bool = True,
+    ) -> MessageActionResult:
+        """The template every outbound action runs through; see the module docstring."""
+        out = self.outbound
+        if out is None:
+            return MessageActionResult("no_route", target, f"{action}: the {self.platform} adapter is not started")
+        if not capable:
+            return MessageActionResult("unsupported", target, f"{self.platform} cannot {action}")
+        if text is not None and not text.strip():
+            return MessageActionResult("failed", target, "empty message")
+        try:
+            made = await call(out)
+        except NoIdentity:
+            raise
+        except ActionError as exc:
+            status, detail = exc.status, exc.detail
+        except Exception as exc:
+            status, detail = out.classify(exc, action)
+        else:
+            return MessageActionResult("ok", target, message_id=made if made is not None else message_id)
+        if status != "ok":
+            log.info("%s: %s in %s: %s (%s)", self.platform, action, target, status, detail)
+        return MessageActionResult(status, target, detail, message_id=message_id if status == "ok" else None)
 
 
 @dataclass(frozen=True, slots=True)

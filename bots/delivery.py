@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from botweave.adapter import Adapter, name_prefix
+from botweave.adapter import Adapter
 from botweave.config import BotConfig
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
@@ -111,7 +111,9 @@ class Delivery:
         caps = to.adapter.capabilities
         limit = caps.max_message_length
         if identity is not None and limit is not None:
-            limit -= measure(name_prefix(identity), caps.length_unit)  # room for a fallback prefix
+            # Each piece of an agent's turn carries its name where the platform cannot post
+            # under it: leave the name room, so no piece is split again without it.
+            limit -= measure(to.adapter.name_prefix(identity), caps.length_unit)
         for index, chunk in enumerate(chunk_text(final, limit, caps.length_unit)):
             result = await self.send_chunk(to, chunk, index, key=key, identity=identity)
             if result.ok and result.message_id is not None:

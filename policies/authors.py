@@ -29,7 +29,7 @@ class AuthorScreen:
 
     async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         msg, me = inbound.message, inbound.adapter.self_user
-        if me is not None and msg.sender.user_id == me.user_id:
+        if inbound.adapter.is_self(msg.sender.user_id):
             return TurnOutcome(TurnStatus.DROPPED_SELF)
         if msg.sender.is_bot:
             if not inbound.config.allow_bots:

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from botweave.adapter import Adapter
-from botweave.types import BotChannel, BotMessage, BotUser, MessageActionResult, PlatformCapabilities
+from botweave.adapter import Adapter, Outbound, Outcome
+from botweave.types import BotChannel, BotMessage, BotUser, PlatformCapabilities
 
 _ids = itertools.count(1)
 
@@ -30,7 +30,10 @@ class Sent:
 
 
 class RecordingAdapter(Adapter):
-    """Pretends to be a platform called `test`; keeps every outbound call in order."""
+    """Pretends to be a platform called `test`; keeps every outbound call in order.
+
+    Ready from construction (no start needed), so runtime tests can use it on its own.
+    """
 
     platform = "test"
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(max_message_length=100, typing=True)
@@ -44,35 +47,40 @@ class RecordingAdapter(Adapter):
         self.deleted: list[str] = []
         self.typings = 0
         self.send_delay = send_delay
+        self.outbound = _Recorder(self)
 
     async def start(self, *, inbound: bool = True) -> None: ...
 
     async def stop(self) -> None: ...
 
-    async def send(
-        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
-    ) -> MessageActionResult:
-        if self.send_delay:
-            await asyncio.sleep(self.send_delay)
-        message_id = f"m{next(_ids)}"
-        self.sent.append(Sent(chat_id, text, thread_id, reply_to, message_id))
-        return MessageActionResult("ok", chat_id, message_id=message_id)
-
-    async def edit(
-        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
-    ) -> MessageActionResult:
-        self.edits.append((message_id, text))
-        return MessageActionResult("ok", chat_id, message_id=message_id)
-
-    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
-        self.deleted.append(message_id)
-        return MessageActionResult("ok", chat_id)
-
-    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
-        self.typings += 1
-
     def texts(self) -> list[str]:
         return [s.text for s in self.sent]
+
+
+class _Recorder(Outbound):
+    """RecordingAdapter's outbound part: every call lands in the adapter's lists."""
+
+    def __init__(self, adapter: RecordingAdapter) -> None:
+        self.adapter = adapter
+
+    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
+        if self.adapter.send_delay:
+            await asyncio.sleep(self.adapter.send_delay)
+        message_id = f"m{next(_ids)}"
+        self.adapter.sent.append(Sent(chat_id, text, thread_id, reply_to, message_id))
+        return message_id
+
+    async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
+        self.adapter.edits.append((message_id, text))
+
+    async def delete(self, chat_id: str, message_id: str) -> None:
+        self.adapter.deleted.append(message_id)
+
+    async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
+        self.adapter.typings += 1
+
+    def classify(self, exc: Exception, action: str) -> Outcome:
+        return "failed", f"{action}: {exc}"
 
 
 def message(

@@ -14,19 +14,38 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from botweave import App
+from botweave.types import BotMessage, PlatformEvent
 
+from tests.adapters.test_discord import Harness, eventually, make_config, started
 from tests.emulators.discord import BOT_ID, CHANNEL_ID, THREAD_ID, DiscordEmulator, thread, user
 from tests.emulators.openai import OpenAIEmulator
 from tests.support import StartApp
-from tests.test_discord import Harness, eventually, make_config, started
-from tests.test_discord_rooms import BoundedHarness, drained
 
 MENTION = f"<@{BOT_ID}>"
+#: Bound on waiting for in-flight turns (the first agent call in a process imports litellm).
+TURN_TIMEOUT_S = 20.0
 BUDGET = 3
 COOLDOWN_S = 2.0
 #: Two more threads under #general: separate conversations in the same chat.
 THREAD_B = "2101"
 THREAD_C = "2102"
+
+
+class BoundedHarness(Harness):
+    """The Discord test harness with every wait for turns bounded, so a hang fails one test."""
+
+    async def deliver(self, event: str, data: dict[str, Any]) -> BotMessage | PlatformEvent | None:
+        before = len(self.items)
+        await self.emu.dispatch(event, data)
+        await eventually(lambda: len(self.items) > before)
+        await drained(self.app)
+        return self.items[before]
+
+
+async def drained(app: App) -> None:
+    """Wait until every submitted item has been handled, for at most TURN_TIMEOUT_S."""
+    await asyncio.wait_for(app.drain(), TURN_TIMEOUT_S)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The console platform: a terminal or a pipe as a chat."""
 
 from botweave.adapter import PlatformSpec
-from botweave.adapters.console.adapter import ConsoleAdapter
-from botweave.adapters.console.config import ConsoleConfig
+
+from .adapter import ConsoleAdapter
+from .config import ConsoleConfig
 
 platform = PlatformSpec("console", ConsoleConfig, ConsoleAdapter)

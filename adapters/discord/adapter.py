@@ -1,15 +1,12 @@
-"""Discord adapter on discord.py (issue 4; SPEC §3, §6, §9).
+"""Discord adapter on discord.py.
 
 One `discord.Client` per adapter. Inbound, gateway messages become `BotMessage`s (guild
-channels, threads, forum posts, DMs) and the raw gateway events become `PlatformEvent`s;
-outbound, replies, edits, deletions, reactions and typing go through discord.py's REST client,
-whose own per-route rate limiting and `retry_after` handling we rely on instead of adding a
-second layer that would fight it.
-
-The adapter is assembled from its parts: `DiscordInbound` (inbound.py), `DiscordWebhooks`
-(webhooks.py, rooms' `send_as`) and `DiscordOutbound` (outbound.py); this module holds the
-configuration, login and the gateway's lifecycle. The discord.py client is `_GatewayClient`
-(client.py), pointed at another server per instance when configured (http.py).
+channels, threads, forum posts, DMs) and the raw gateway events become `PlatformEvent`s
+(inbound.py); outbound, replies, edits, deletions, reactions and typing go through discord.py's
+REST client, whose own per-route rate limiting and `retry_after` handling we rely on instead of
+adding a second layer that would fight it (outbound.py). Rooms post through channel webhooks
+(webhooks.py). The client is pointed at another server per instance when configured
+(rebase.py). This module holds the configuration, login and the gateway's lifecycle.
 """
 
 from __future__ import annotations
@@ -20,15 +17,14 @@ from typing import Any
 
 import discord
 import yarl
-from botweave.adapter import PlatformRejected
-from botweave.adapters.cache import BoundedCache
-from botweave.adapters.discord.client import ALLOWED_MENTIONS, _GatewayClient, build_intents
-from botweave.adapters.discord.http import _RebasedHTTPClient, _RebasedWebhookAdapter
-from botweave.adapters.discord.inbound import _ALL_KINDS, _MEMBER_KINDS, DiscordInbound
-from botweave.adapters.discord.outbound import EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
-from botweave.adapters.discord.webhooks import DiscordWebhooks
-from botweave.types import BotUser, PlatformCapabilities, QuotedRef
-from discord.webhook.async_ import AsyncWebhookAdapter
+from botweave.adapter import Adapter, PlatformRejected
+from botweave.types import BotUser, PlatformCapabilities
+
+from ..cache import BoundedCache
+from .inbound import ALL_KINDS, MEMBER_KINDS, DiscordInbound, build_intents
+from .outbound import ALLOWED_MENTIONS, EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
+from .rebase import RebasedHTTPClient, rebase
+from .webhooks import DiscordWebhooks
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +36,7 @@ class DiscordLoginError(PlatformRejected):
     """Discord refused the bot: bad token, or a privileged intent not enabled for it."""
 
 
-class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
+class DiscordAdapter(Adapter):
     platform = "discord"
     capabilities = PlatformCapabilities(
         max_message_length=MAX_MESSAGE_LENGTH,
@@ -53,44 +49,46 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         markdown="discord",
         edit_floor_ms=EDIT_FLOOR_MS,
     )
-    emits = _ALL_KINDS
+    emits = ALL_KINDS
     typing_interval_s = 8.0  # Discord shows "typing" for 10 s per trigger
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
         member_events = bool(getattr(config, "member_events", False))
         # Member join/leave arrive only with the privileged members intent.
-        self.emits = _ALL_KINDS if member_events else _ALL_KINDS - _MEMBER_KINDS
+        self.emits = ALL_KINDS if member_events else ALL_KINDS - MEMBER_KINDS
         # discord.py warns once per process that voice needs PyNaCl/davey; botweave never uses
         # voice, so consume those one-shot flags instead of printing two alarming lines.
         discord.VoiceClient.warn_nacl = False
         discord.VoiceClient.warn_dave = False
-        self.client = _GatewayClient(
-            self,
-            api_base=getattr(config, "api_base_url", None),
-            gateway=getattr(config, "gateway_url", None),
+        api_base = getattr(config, "api_base_url", None)
+        self.client = discord.Client(
             intents=build_intents(member_events),
             allowed_mentions=ALLOWED_MENTIONS,
             chunk_guilds_at_startup=False,
             max_messages=1000,
         )
-        self.application_id: int | None = None
+        rebase(self.client, api_base=api_base, gateway=getattr(config, "gateway_url", None))
+        # What both directions remember: where each message lives, and which deletions were ours.
+        self._message_channels: BoundedCache[str, int] = BoundedCache(4096)
+        self._own_deletes: BoundedCache[int, bool] = BoundedCache(512)
+        self.webhooks = DiscordWebhooks(self, self.client, api_base=api_base)
+        self.inbound = DiscordInbound(
+            self,
+            self.client,
+            self.webhooks,
+            message_channels=self._message_channels,
+            own_deletes=self._own_deletes,
+        )
+        #: Set at every gateway READY, so start() can wait for the first one.
+        self._connected = asyncio.Event()
         self._connect_task: asyncio.Task[None] | None = None
         self._started = False
-        self._quotes: BoundedCache[int, QuotedRef | None] = BoundedCache(512)  # referenced message -> quote
-        self._message_channels: BoundedCache[str, int] = BoundedCache(4096)  # message id -> channel/thread id
-        self._own_deletes: BoundedCache[int, bool] = BoundedCache(512)  # deletions we made ourselves
-        # Rooms: channel -> the webhook we post through; channels where we may not have one.
-        self._webhooks: BoundedCache[int, discord.Webhook] = BoundedCache(1024)
-        self._webhook_locks: dict[int, asyncio.Lock] = {}
-        self._no_webhooks: BoundedCache[int, bool] = BoundedCache(4096)
-        # Webhook id -> whether our application owns it (ours are dropped inbound).
-        self._webhook_owner: BoundedCache[int, bool] = BoundedCache(4096)
-        self._webhook_lookups: dict[int, asyncio.Future[bool]] = {}
-        api_base = getattr(config, "api_base_url", None)
-        self._webhook_adapter: AsyncWebhookAdapter | None = (
-            _RebasedWebhookAdapter(api_base.rstrip("/")) if api_base else None
-        )
+
+        async def on_connect() -> None:
+            self._connected.set()
+
+        self.client.event(on_connect)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -100,7 +98,7 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         Without `inbound` (a worker answering from the shared stream) no gateway connection is
         made: sending, editing, reacting and typing need only REST.
         """
-        token = self._token()
+        token = self.secret("token")
         try:
             await self.client.login(token)
         except discord.LoginFailure:
@@ -112,14 +110,16 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         user = self.client.user
         assert user is not None  # login() sets it
         self.self_user = BotUser(str(user.id), user.name, user.display_name, True)
-        self.application_id = self.client.application_id
+        self.outbound = DiscordOutbound(
+            self.client, self.webhooks, message_channels=self._message_channels, own_deletes=self._own_deletes
+        )
         if not inbound:
             self._started = True
             return
         await self._discover_gateway()
         self._connect_task = asyncio.create_task(self._run_gateway(), name="discord-gateway")
         self._connect_task.add_done_callback(self._gateway_ended)
-        waiter = asyncio.create_task(self.client.connected.wait())
+        waiter = asyncio.create_task(self._connected.wait())
         done, _ = await asyncio.wait(
             {waiter, self._connect_task}, timeout=CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
         )
@@ -139,7 +139,7 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         the REST API also names its gateway, so one setting is enough.
         """
         http = self.client.http
-        if not isinstance(http, _RebasedHTTPClient) or http.botweave_gateway is not None:
+        if not isinstance(http, RebasedHTTPClient) or http.botweave_gateway is not None:
             return
         try:
             _, url, _ = await http.get_bot_gateway()
@@ -178,14 +178,8 @@ class DiscordAdapter(DiscordInbound, DiscordWebhooks, DiscordOutbound):
         """The one line a user sees; start() raises it (the runtime logs it), later it is logged."""
         return DiscordLoginError(f"discord: login failed: {reason}")
 
-    def _token(self) -> str:
-        secret = getattr(self.config, "token", None)
-        token = secret.get_secret_value() if secret is not None else ""
-        if not token.strip():
-            raise self._login_failed("no bot token configured (platforms.discord.token / DISCORD_BOT_TOKEN)")
-        return token
-
     async def stop(self) -> None:
+        self.outbound = None
         if not self.client.is_closed():
             await self.client.close()
         task, self._connect_task = self._connect_task, None

@@ -2,7 +2,9 @@
 
 Guild channels, threads, forum posts and DMs become `BotMessage`s; reactions, edits, deletions,
 member joins/leaves and new threads become `PlatformEvent`s. Our own messages (the bot user's,
-and those of our application's webhooks, see `webhooks.py`) are dropped.
+and those of our application's webhooks, see `webhooks.py`) are dropped. `DiscordInbound`'s
+`on_*` methods are the client's event handlers, registered with `Client.event`; a malformed
+gateway payload costs that one event, never the connection.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import Any
 
 import discord
 from botweave.adapter import Adapter
-from botweave.adapters.cache import BoundedCache
 from botweave.types import (
     EVENT_KINDS,
     META_MENTIONS_BOT,
@@ -28,6 +30,9 @@ from botweave.types import (
     QuotedRef,
 )
 
+from ..cache import BoundedCache
+from .webhooks import DiscordWebhooks
+
 log = logging.getLogger(__name__)
 
 # A mention and the blanks after it: removing our own mention takes its blanks along, so
@@ -35,42 +40,89 @@ log = logging.getLogger(__name__)
 _MENTION = re.compile(r"(?:<@!?(?P<user>\d+)>|<@&(?P<role>\d+)>|<#(?P<channel>\d+)>)(?P<trail>[ \t]*)")
 # Message types that carry a person's (or bot's) words; joins, pins, boosts etc. are skipped.
 _CHAT_TYPES = frozenset({discord.MessageType.default, discord.MessageType.reply})
-_ALL_KINDS = EVENT_KINDS  # Discord reports every kind (member events need the Members intent)
-_MEMBER_KINDS = frozenset({"member_joined", "member_left"})
+ALL_KINDS = EVENT_KINDS  # Discord reports every kind (member events need the Members intent)
+MEMBER_KINDS = frozenset({"member_joined", "member_left"})
+_HANDLERS = (
+    "on_error",
+    "on_message",
+    "on_raw_message_edit",
+    "on_raw_message_delete",
+    "on_raw_bulk_message_delete",
+    "on_raw_reaction_add",
+    "on_raw_reaction_remove",
+    "on_member_join",
+    "on_raw_member_remove",
+    "on_thread_create",
+)
 
 
-class DiscordInbound(Adapter):
-    """The inbound half of `DiscordAdapter`: its gateway client calls these `_on_*` handlers."""
+def build_intents(member_events: bool) -> discord.Intents:
+    """The gateway intents the adapter needs; `members` is privileged, so only on request."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    intents.guild_reactions = True
+    intents.dm_reactions = True
+    intents.members = member_events
+    return intents
 
-    # Set up by DiscordAdapter.__init__.
-    client: discord.Client
-    application_id: int | None
-    _quotes: BoundedCache[int, QuotedRef | None]
-    _message_channels: BoundedCache[str, int]
-    _own_deletes: BoundedCache[int, bool]
-    _webhook_owner: BoundedCache[int, bool]
 
-    if TYPE_CHECKING:  # provided by DiscordWebhooks
+def _guard_parsers(state: Any) -> None:
+    """Make a malformed gateway dispatch cost one event, not the connection.
 
-        async def _is_own_webhook_message(self, message: discord.Message) -> bool: ...
+    discord.py lets a parser exception (say a MESSAGE_CREATE without `author`) escape its
+    receive loop, which ends `Client.connect`. Each parser of this client's connection state is
+    wrapped to log and skip such a payload instead.
+    """
 
-    def _is_self(self, user_id: int | None) -> bool:
-        return self.self_user is not None and user_id is not None and str(user_id) == self.self_user.user_id
+    def guarded(event: str, parser: Any) -> Any:
+        def run(data: Any) -> None:
+            try:
+                parser(data)
+            except Exception as exc:  # noqa: BLE001 - any malformed payload must be skipped
+                log.warning("discord: skipped a malformed %s dispatch (%s: %s)", event, type(exc).__name__, exc)
+
+        return run
+
+    for event, parser in list(state.parsers.items()):
+        state.parsers[event] = guarded(event, parser)
+
+
+class DiscordInbound:
+    def __init__(
+        self,
+        adapter: Adapter,
+        client: discord.Client,
+        webhooks: DiscordWebhooks,
+        *,
+        message_channels: BoundedCache[str, int],
+        own_deletes: BoundedCache[int, bool],
+    ) -> None:
+        self._adapter = adapter
+        self._client = client
+        self._webhooks = webhooks
+        self._message_channels = message_channels  # message id -> the channel/thread it lives in
+        self._own_deletes = own_deletes  # deletions we made ourselves
+        self._quotes: BoundedCache[int, QuotedRef | None] = BoundedCache(512)  # referenced message -> quote
+        _guard_parsers(client._connection)
+        for name in _HANDLERS:
+            client.event(getattr(self, name))
 
     def _is_own(self, message: discord.Message) -> bool:
         """Ours: sent by the bot user, or by a webhook of our application (interaction replies,
         room posts through the channel webhooks this adapter uses)."""
-        if self._is_self(message.author.id):
-            return True
-        if message.webhook_id is None:
-            return False
-        if self._webhook_owner.get(message.webhook_id):
-            return True
-        if self.application_id is not None:
-            return message.webhook_id == self.application_id or message.application_id == self.application_id
-        return False
+        return self._adapter.is_self(message.author.id) or self._webhooks.posted_by_us(message)
 
-    async def _on_message(self, message: discord.Message) -> None:
+    # --- discord.py's events (registered by name, as `Client.event` does) ----------------------
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        """A handler that failed on an odd payload costs that event only; say so in one line."""
+        error = sys.exc_info()[1]
+        log.warning("discord: %s skipped an unexpected payload (%s: %s)", event_method, type(error).__name__, error)
+
+    async def on_message(self, message: discord.Message) -> None:
         try:
             item = await self.normalize(message)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -81,13 +133,34 @@ class DiscordInbound(Adapter):
             log.exception("discord: could not read message %s", message.id)
             return
         if item is not None:
-            await self.dispatch(item)
+            await self._adapter.dispatch(item)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        cached = [payload.cached_message] if payload.cached_message else []
+        await self._deleted(payload.channel_id, [payload.message_id], cached)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        await self._deleted(payload.channel_id, sorted(payload.message_ids), payload.cached_messages)
+
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        await self._reaction("reaction_added", payload)
+
+    async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
+        await self._reaction("reaction_removed", payload)
+
+    async def on_member_join(self, member: discord.Member) -> None:
+        await self._member("member_joined", member.guild.id, member.id)
+
+    async def on_raw_member_remove(self, payload: discord.RawMemberRemoveEvent) -> None:
+        await self._member("member_left", payload.guild_id, payload.user.id)
+
+    # --- messages ----------------------------------------------------------------------------
 
     async def normalize(self, message: discord.Message) -> BotMessage | None:
         """Turn a gateway message into a BotMessage; None for ours, system and empty messages."""
         if self._is_own(message) or message.type not in _CHAT_TYPES:
             return None
-        if message.webhook_id is not None and await self._is_own_webhook_message(message):
+        if message.webhook_id is not None and await self._webhooks.looked_up_as_ours(message):
             return None
         chat_id, thread_id, channel = self._place(message.channel)
         self._message_channels.put(str(message.id), message.channel.id)
@@ -120,7 +193,7 @@ class DiscordInbound(Adapter):
             quoted=quoted,
             metadata=metadata,
             allow_control=not bot_authored,
-            platform=self.platform,
+            platform=self._adapter.platform,
         )
         if result.is_command and result.message_type is MessageType.TEXT:
             result.message_type = MessageType.COMMAND
@@ -142,10 +215,9 @@ class DiscordInbound(Adapter):
 
     def _own_role_ids(self, guild: discord.Guild | None) -> set[int]:
         """The bot's managed role(s) in this guild: mentioning one addresses the bot."""
-        if guild is None or self.self_user is None:
+        if guild is None:
             return set()
-        own = int(self.self_user.user_id)
-        return {role.id for role in guild.roles if role.tags is not None and role.tags.bot_id == own}
+        return {role.id for role in guild.roles if role.tags is not None and self._adapter.is_self(role.tags.bot_id)}
 
     def _clean_text(self, message: discord.Message) -> tuple[str, bool]:
         """Drop our own mention, spell other mentions as @name / #channel; report if we were addressed."""
@@ -159,7 +231,7 @@ class DiscordInbound(Adapter):
             nonlocal mentioned
             if match.group("user"):
                 user_id = int(match.group("user"))
-                if self._is_self(user_id):
+                if self._adapter.is_self(user_id):
                     mentioned = True
                     return ""
                 user = users.get(user_id)
@@ -182,7 +254,7 @@ class DiscordInbound(Adapter):
             return name + match.group("trail") if name else ""
 
         text = _MENTION.sub(replace, message.content).strip()
-        if self.self_user is not None and any(self._is_self(u) for u in message.raw_mentions):
+        if any(self._adapter.is_self(u) for u in message.raw_mentions):
             mentioned = True
         if own_roles & set(message.raw_role_mentions):
             mentioned = True
@@ -207,7 +279,7 @@ class DiscordInbound(Adapter):
         return quoted, reply_to, quoted is not None and quoted.author == "bot"
 
     async def _fetch_quote(self, channel_id: int, message_id: int) -> QuotedRef | None:
-        channel = self.client.get_channel(channel_id) or self.client.get_partial_messageable(channel_id)
+        channel = self._client.get_channel(channel_id) or self._client.get_partial_messageable(channel_id)
         try:
             fetched = await channel.fetch_message(message_id)  # type: ignore[union-attr]
         except (discord.HTTPException, OSError, asyncio.TimeoutError) as exc:
@@ -223,24 +295,20 @@ class DiscordInbound(Adapter):
 
     def _event_place(self, channel_id: int) -> tuple[str, str | None]:
         """Events name the thread as their channel; report it like messages (parent + thread)."""
-        channel = self.client.get_channel(channel_id)
+        channel = self._client.get_channel(channel_id)
         if isinstance(channel, discord.Thread):
             return str(channel.parent_id), str(channel.id)
         return str(channel_id), None
 
-    async def _emit(self, event: PlatformEvent) -> None:
-        if event.kind in self.emits:
-            await self.dispatch(event)
-
-    async def _on_reaction(self, kind: str, payload: discord.RawReactionActionEvent) -> None:
-        if self._is_self(payload.user_id):
+    async def _reaction(self, kind: str, payload: discord.RawReactionActionEvent) -> None:
+        if self._adapter.is_self(payload.user_id):
             return
         chat_id, thread_id = self._event_place(payload.channel_id)
         emoji = str(payload.emoji)  # unicode as is; custom as <:name:id> (<a:name:id> animated)
-        await self._emit(
+        await self._adapter.dispatch(
             PlatformEvent(
                 kind=kind,  # type: ignore[arg-type]
-                platform=self.platform,
+                platform=self._adapter.platform,
                 chat_id=chat_id,
                 user_id=str(payload.user_id),
                 message_id=str(payload.message_id),
@@ -250,7 +318,7 @@ class DiscordInbound(Adapter):
             )
         )
 
-    async def _on_raw_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Only real content edits count; embed unfurls re-send the message without editing it."""
         message = payload.message
         self._quotes.discard(message.id)  # a later reply must quote the new text
@@ -265,10 +333,10 @@ class DiscordInbound(Adapter):
         text, _ = self._clean_text(message)
         chat_id, thread_id = self._event_place(payload.channel_id)
         stamp = message.edited_at.isoformat() if message.edited_at else ""
-        await self._emit(
+        await self._adapter.dispatch(
             PlatformEvent(
                 kind="message_edited",
-                platform=self.platform,
+                platform=self._adapter.platform,
                 chat_id=chat_id,
                 user_id=str(message.author.id),
                 message_id=str(message.id),
@@ -279,7 +347,7 @@ class DiscordInbound(Adapter):
             )
         )
 
-    async def _on_raw_delete(self, channel_id: int, message_ids: list[int], cached: list[discord.Message]) -> None:
+    async def _deleted(self, channel_id: int, message_ids: list[int], cached: list[discord.Message]) -> None:
         chat_id, thread_id = self._event_place(channel_id)
         # Ours (e.g. a silenced stream's placeholder) is not news, whichever process deleted it.
         ours = {m.id for m in cached if self._is_own(m)}
@@ -287,10 +355,10 @@ class DiscordInbound(Adapter):
             self._quotes.discard(message_id)
             if message_id in self._own_deletes or message_id in ours:
                 continue
-            await self._emit(
+            await self._adapter.dispatch(
                 PlatformEvent(
                     kind="message_deleted",
-                    platform=self.platform,
+                    platform=self._adapter.platform,
                     chat_id=chat_id,
                     user_id="",  # Discord does not say who deleted a message
                     message_id=str(message_id),
@@ -299,18 +367,19 @@ class DiscordInbound(Adapter):
                 )
             )
 
-    async def _on_member(self, kind: str, guild_id: int, user_id: int) -> None:
-        if self._is_self(user_id):
+    async def _member(self, kind: str, guild_id: int, user_id: int) -> None:
+        if self._adapter.is_self(user_id):
             return
-        await self._emit(PlatformEvent(kind=kind, platform=self.platform, chat_id=str(guild_id), user_id=str(user_id)))  # type: ignore[arg-type]
+        event = PlatformEvent(kind=kind, platform=self._adapter.platform, chat_id=str(guild_id), user_id=str(user_id))  # type: ignore[arg-type]
+        await self._adapter.dispatch(event)
 
-    async def _on_thread_create(self, thread: discord.Thread) -> None:
-        if self._is_self(thread.owner_id):
+    async def on_thread_create(self, thread: discord.Thread) -> None:
+        if self._adapter.is_self(thread.owner_id):
             return
-        await self._emit(
+        await self._adapter.dispatch(
             PlatformEvent(
                 kind="thread_created",
-                platform=self.platform,
+                platform=self._adapter.platform,
                 chat_id=str(thread.parent_id),
                 user_id=str(thread.owner_id or ""),
                 thread_id=str(thread.id),

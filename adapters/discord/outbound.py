@@ -1,8 +1,7 @@
-"""Outbound: replies, edits, deletions, reactions and typing through discord.py's REST client.
+"""Outbound: replies, edits, deletions, reactions, typing and room posts through discord.py's REST client.
 
 discord.py's own per-route rate limiting and `retry_after` handling are relied on instead of
-adding a second layer that would fight them. Every action reports a `MessageActionResult`;
-`_failure` maps discord.py's errors onto the SPEC §9 statuses.
+adding a second layer that would fight them. `classify` reads discord.py's errors.
 """
 
 from __future__ import annotations
@@ -11,10 +10,11 @@ import logging
 from typing import Any
 
 import discord
-from botweave.adapter import Adapter
-from botweave.adapters.cache import BoundedCache
-from botweave.adapters.discord.client import ALLOWED_MENTIONS
-from botweave.types import MessageActionResult
+from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
+from botweave.types import AgentIdentity
+
+from ..cache import BoundedCache
+from .webhooks import DiscordWebhooks
 
 log = logging.getLogger(__name__)
 
@@ -22,19 +22,27 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_LENGTH = 2000
 #: Discord tolerates roughly 5 edits per 5 s per channel; one per second keeps streams smooth.
 EDIT_FLOOR_MS = 1000
+#: Replies may ping the people they answer, never @everyone/@here or roles.
+ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
 
 
-class DiscordOutbound(Adapter):
-    """The outbound half of `DiscordAdapter`, apart from `send_as` (see `webhooks.py`)."""
-
-    # Set up by DiscordAdapter.__init__.
-    client: discord.Client
-    _message_channels: BoundedCache[str, int]
-    _own_deletes: BoundedCache[int, bool]
+class DiscordOutbound(Outbound):
+    def __init__(
+        self,
+        client: discord.Client,
+        webhooks: DiscordWebhooks,
+        *,
+        message_channels: BoundedCache[str, int],
+        own_deletes: BoundedCache[int, bool],
+    ) -> None:
+        self._client = client
+        self._webhooks = webhooks
+        self._message_channels = message_channels  # message id -> the channel/thread it lives in
+        self._own_deletes = own_deletes  # deletions we made, so their echo is not news
 
     def _channel(self, channel_id: int) -> Any:
         """A sendable channel: the cached one, or a partial handle that needs no cache."""
-        return self.client.get_channel(channel_id) or self.client.get_partial_messageable(channel_id)
+        return self._client.get_channel(channel_id) or self._client.get_partial_messageable(channel_id)
 
     def _target_id(self, chat_id: str, message_id: str | None = None, thread_id: str | None = None) -> int:
         """Where a message lives: the thread if given, else where we saw/sent it, else the chat."""
@@ -43,64 +51,93 @@ class DiscordOutbound(Adapter):
         known = self._message_channels.get(message_id) if message_id else None
         return known if known is not None else int(chat_id)
 
-    async def send(
-        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
-    ) -> MessageActionResult:
-        try:
-            target = self._target_id(chat_id, thread_id=thread_id)
-            reference = None
-            if reply_to:
-                reference = discord.MessageReference(
-                    message_id=int(reply_to), channel_id=target, fail_if_not_exists=False
-                )
-            sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
-        except Exception as exc:  # noqa: BLE001 - outbound actions report, never raise
-            return _failure(chat_id, "send", exc)
+    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
+        target = self._target_id(chat_id, thread_id=thread_id)
+        reference = None
+        if reply_to:
+            reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
+        sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
         self._message_channels.put(str(sent.id), target)
-        return MessageActionResult("ok", chat_id, message_id=str(sent.id))
+        return str(sent.id)
 
-    async def edit(
-        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
-    ) -> MessageActionResult:
-        try:
-            channel = self._channel(self._target_id(chat_id, message_id, thread_id))
-            await channel.get_partial_message(int(message_id)).edit(content=text, allowed_mentions=ALLOWED_MENTIONS)
-        except Exception as exc:  # noqa: BLE001
-            return _failure(chat_id, "edit", exc)
-        return MessageActionResult("ok", chat_id, message_id=message_id)
+    async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
+        channel = self._channel(self._target_id(chat_id, message_id, thread_id))
+        await channel.get_partial_message(int(message_id)).edit(content=text, allowed_mentions=ALLOWED_MENTIONS)
 
-    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
-        try:
-            channel = self._channel(self._target_id(chat_id, message_id))
-            self._own_deletes.put(int(message_id), True)
-            await channel.get_partial_message(int(message_id)).delete()
-        except Exception as exc:  # noqa: BLE001
-            return _failure(chat_id, "delete", exc)
-        return MessageActionResult("ok", chat_id, message_id=message_id)
+    async def delete(self, chat_id: str, message_id: str) -> None:
+        channel = self._channel(self._target_id(chat_id, message_id))
+        self._own_deletes.put(int(message_id), True)
+        await channel.get_partial_message(int(message_id)).delete()
 
-    async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
-        try:
-            channel = self._channel(self._target_id(chat_id, message_id))
-            await channel.get_partial_message(int(message_id)).add_reaction(emoji)
-        except Exception as exc:  # noqa: BLE001
-            return _failure(chat_id, "react", exc)
-        return MessageActionResult("ok", chat_id, message_id=message_id)
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
+        channel = self._channel(self._target_id(chat_id, message_id))
+        await channel.get_partial_message(int(message_id)).add_reaction(emoji)
 
-    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
-        try:
-            await self._channel(self._target_id(chat_id, thread_id=thread_id)).typing()
-        except Exception as exc:  # noqa: BLE001 - a missed typing indicator is harmless
-            log.debug("discord: typing in %s failed: %s", chat_id, exc)
+    async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
+        await self._channel(self._target_id(chat_id, thread_id=thread_id)).typing()
+
+    async def direct_chat(self, user_id: str) -> str:
+        """The DM channel with the user (opened once; discord.py caches it)."""
+        channel = await self._client.create_dm(discord.Object(id=int(user_id)))
+        return str(channel.id)
+
+    async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str:
+        """Post as the agent itself: the channel's webhook with the agent's name and avatar.
+
+        Without Manage Webhooks (403), or where a channel cannot have webhooks (a DM), the
+        channel gets the name in the text from then on. A post the webhook refused was not
+        posted, so it goes out with the name in the text too. A webhook deleted behind our back
+        (404 on execute: nothing was posted) is replaced once.
+        """
+        channel_id = int(chat_id)
+        thread = discord.Object(id=int(thread_id)) if thread_id else None
+        if self._webhooks.refused(channel_id):
+            raise NoIdentity
+        for attempt in range(2):
+            try:
+                webhook = await self._webhooks.for_channel(channel_id)
+            except discord.HTTPException as exc:
+                if exc.status not in (400, 403):  # 404: no such channel, reported by the send
+                    raise _refused(chat_id, exc) from exc
+                # 403 Missing Permissions, or 400 for a channel without webhooks (a DM): for good
+                self._webhooks.refuse(channel_id)
+                log.warning(
+                    "discord: no channel webhook in %s (HTTP %s %s); room posts there use a name "
+                    "prefix. Give the bot Manage Webhooks to post under each agent's own name.",
+                    chat_id, exc.status, exc.text,
+                )
+                raise NoIdentity from exc
+            try:
+                sent = await self._webhooks.execute(webhook, identity, text, thread, ALLOWED_MENTIONS)
+            except discord.NotFound as exc:
+                self._webhooks.forget(channel_id)
+                if attempt == 0 and exc.code == 10015:  # Unknown Webhook (deleted): nothing posted
+                    continue
+                raise _refused(chat_id, exc) from exc
+            except discord.Forbidden as exc:
+                self._webhooks.refuse(channel_id)
+                raise _refused(chat_id, exc) from exc
+            except discord.HTTPException as exc:
+                if exc.status == 400:  # refused before posting (e.g. a username Discord rejects)
+                    raise _refused(chat_id, exc) from exc
+                raise
+            self._message_channels.put(str(sent.id), sent.channel.id)
+            return str(sent.id)
+        raise ActionError("failed", "send: the channel webhook kept disappearing")
+
+    def classify(self, exc: Exception, action: str) -> Outcome:
+        """discord.py's errors as statuses, with a short reason."""
+        if isinstance(exc, ValueError):
+            return "no_route", f"{action}: not a Discord id ({exc})"
+        if isinstance(exc, discord.NotFound):
+            return ("no_route" if action == "send" else "failed"), f"{action}: not found ({exc.text or exc.status})"
+        if isinstance(exc, discord.HTTPException):
+            return "failed", f"{action}: HTTP {exc.status} {exc.text}".strip()
+        log.warning("discord: %s failed: %s: %s", action, type(exc).__name__, exc)
+        return "failed", f"{action}: {type(exc).__name__}: {exc}"
 
 
-def _failure(chat_id: str, action: str, exc: Exception) -> MessageActionResult:
-    """Map discord.py's errors onto the SPEC §9 statuses, with a short reason."""
-    if isinstance(exc, ValueError):
-        return MessageActionResult("no_route", chat_id, f"{action}: not a Discord id ({exc})")
-    if isinstance(exc, discord.NotFound):
-        status = "no_route" if action == "send" else "failed"
-        return MessageActionResult(status, chat_id, f"{action}: not found ({exc.text or exc.status})")
-    if isinstance(exc, discord.HTTPException):
-        return MessageActionResult("failed", chat_id, f"{action}: HTTP {exc.status} {exc.text}".strip())
-    log.warning("discord: %s in %s failed: %s: %s", action, chat_id, type(exc).__name__, exc)
-    return MessageActionResult("failed", chat_id, f"{action}: {type(exc).__name__}: {exc}")
+def _refused(chat_id: str, exc: discord.HTTPException) -> NoIdentity:
+    """This post goes out with the name in the text: the webhook refused it, so nothing was posted."""
+    log.info("discord: webhook post in %s refused (HTTP %s %s); using a name prefix", chat_id, exc.status, exc.text)
+    return NoIdentity()

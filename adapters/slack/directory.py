@@ -11,20 +11,22 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from botweave.adapters.cache import BoundedCache
 from botweave.types import ChannelType
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
+
+from ..cache import BoundedCache
 
 log = logging.getLogger(__name__)
 
 _MISSING = object()
 _TRANSIENT_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable"})
+_CHANNEL_TYPES: dict[str, ChannelType] = {"channel": "channel", "group": "group", "mpim": "group", "im": "dm"}
 
 
 def channel_type_from_slack(slack_type: str | None) -> ChannelType | None:
-    """Map the Events API `channel_type` onto SPEC §3 channel types."""
-    return {"channel": "channel", "group": "group", "mpim": "group", "im": "dm"}.get(slack_type or "")
+    """Map the Events API `channel_type` onto botweave's channel types."""
+    return _CHANNEL_TYPES.get(slack_type or "")
 
 
 def _channel_type_from_info(info: dict[str, Any]) -> ChannelType:

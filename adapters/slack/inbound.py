@@ -1,18 +1,29 @@
-"""Slack Events API payloads -> `BotMessage` / `PlatformEvent` (SPEC §3, §6).
+"""Slack Events API payloads -> `BotMessage` / `PlatformEvent`, delivered once each.
 
 Everything Slack-specific about *reading* lives here: which message subtypes are messages,
 how threads map to `thread_id` and a quoted root, when a message counts as addressed to the
 bot (a `<@BOT>` mention, a reply in a thread the bot started or replied in), and which
-happenings become platform events. The adapter decides delivery and deduplication.
+happenings become platform events.
+
+Receiving itself is bolt's job (signature and timestamp checks, `url_verification`); bolt hands
+every event and slash command to `on_event` / `on_command`. Slack may deliver one post several
+times (retries with `X-Slack-Retry-Num`, Socket Mode redeliveries, and the `message` +
+`app_mention` pair of one post), so each is handed on once, keyed on (channel, ts) for posts
+and on the Events API `event_id` for other events; and it is acknowledged only once the runtime
+has it, but within Slack's 3 seconds. The bot's own posts are read (to learn which threads it
+is in) and then dropped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable
 from datetime import datetime, timezone
 from typing import Any
 
-from botweave.adapters.cache import BoundedCache
+from botweave.adapter import Adapter
 from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -25,43 +36,125 @@ from botweave.types import (
     PlatformEvent,
     QuotedRef,
 )
+from slack_bolt.context.ack.async_ack import AsyncAck
 
+from ..cache import BoundedCache
 from .directory import SlackDirectory, channel_type_from_slack
 from .format import mentioned_user_ids, reaction_to_emoji, to_plain_text
 
+log = logging.getLogger(__name__)
+
 PLATFORM = "slack"
+ACK_DEADLINE_S = 2.0  # Slack wants an ack within 3 s
 #: `message` subtypes that are something a person (or another bot) said.
 MESSAGE_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "bot_message", "me_message"})
 _MEMBER_KINDS = {"member_joined_channel": "member_joined", "member_left_channel": "member_left"}
 
 
-@dataclass(frozen=True, slots=True)
-class SelfIdentity:
-    """Who the bot is, from `auth.test`: its user id and, for bot_message events, its bot id."""
-
-    user_id: str
-    bot_id: str | None = None
-    team_id: str | None = None
-
-    def authored(self, message: dict[str, Any]) -> bool:
-        if message.get("user") and message.get("user") == self.user_id:
-            return True
-        return bool(self.bot_id) and message.get("bot_id") == self.bot_id
-
-
 class SlackInbound:
     def __init__(
         self,
+        adapter: Adapter,
         directory: SlackDirectory,
-        identity: SelfIdentity,
-        bot_threads: BoundedCache[tuple[str, str], bool],
         *,
+        bot_id: str | None,
+        stats: Counter[str],
         reply_in_thread: bool = False,
     ) -> None:
+        self._adapter = adapter
         self._directory = directory
-        self._me = identity
-        self._bot_threads = bot_threads
+        self._bot_id = bot_id  # what Slack puts on the bot's posts made under another name
         self._reply_in_thread = reply_in_thread
+        self._bot_threads: BoundedCache[tuple[str, str], bool] = BoundedCache(4096)
+        self._seen: BoundedCache[tuple[str, ...], bool] = BoundedCache(4096)
+        self._accepting: set[asyncio.Task[None]] = set()  # events still being recorded after their ack
+        #: (received, duplicate, dispatched, settled): how an operator or a test tells "Slack
+        #: never sent it" from "we dropped it".
+        self.stats = stats
+
+    @property
+    def _my_id(self) -> str | None:
+        me = self._adapter.self_user
+        return me.user_id if me is not None else None
+
+    def _authored(self, message: dict[str, Any]) -> bool:
+        """The bot's own post: by its user, or by its bot id (posts under an agent's name)."""
+        if self._adapter.is_self(message.get("user") or None):
+            return True
+        return bool(self._bot_id) and message.get("bot_id") == self._bot_id
+
+    # --- receiving ------------------------------------------------------------------------
+
+    async def on_event(self, ack: AsyncAck, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """Every Events API event: dedup, normalise, dispatch, then acknowledge."""
+        self.stats["received"] += 1
+        await self._record_then_ack(self._accept(event, body), ack)
+
+    async def on_command(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        """Slash commands: recorded, acknowledged, then run as a turn."""
+        self.stats["received"] += 1
+        await self._record_then_ack(self._accept_command(body), ack)
+
+    async def _record_then_ack(self, accept: Awaitable[None], ack: AsyncAck) -> None:
+        """Acknowledge once the event reached the runtime, so Slack redelivers anything a
+        crash lost; but never later than ACK_DEADLINE_S (slow look-ups finish after it)."""
+
+        async def settle() -> None:
+            try:
+                await accept
+            finally:
+                self.stats["settled"] += 1
+
+        task = asyncio.create_task(settle())
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+        await asyncio.wait({task}, timeout=ACK_DEADLINE_S)
+        await ack()
+
+    async def _accept(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        key = _dedup_key(event, body)
+        if key is not None and not self._seen.add_if_new(key, True):
+            self.stats["duplicate"] += 1
+            log.debug("slack: duplicate delivery of %s dropped", key)
+            return
+        try:
+            item = await self.normalise(event, body)
+        except Exception:
+            if key is not None:
+                self._seen.discard(key)  # let Slack's retry have another go
+            log.exception("slack: could not read a %s event", event.get("type"))
+            return
+        if item is not None:
+            self.stats["dispatched"] += 1
+            await self._adapter.dispatch(item)
+
+    async def _accept_command(self, body: dict[str, Any]) -> None:
+        trigger = str(body.get("trigger_id") or "")
+        if trigger and not self._seen.add_if_new(("command", trigger), True):
+            self.stats["duplicate"] += 1
+            return
+        self.stats["dispatched"] += 1
+        await self._adapter.dispatch(await self.command(body))
+
+    async def normalise(self, event: dict[str, Any], body: dict[str, Any]) -> BotMessage | PlatformEvent | None:
+        kind = event.get("type")
+        if kind == "message":
+            return await self.message_event(event, body)
+        if kind == "app_mention":
+            return await self.message(event, body, via_mention=True)
+        if kind in ("reaction_added", "reaction_removed"):
+            return self.reaction(event, body)
+        if kind in ("member_joined_channel", "member_left_channel"):
+            return self.membership(event, body)
+        return None
+
+    def note_own_post(self, chat_id: str, ts: str, thread_id: str | None, text: str) -> None:
+        """A post of ours (from this process): its thread addresses the bot, and it is a root
+        whose text a reply in its thread quotes without asking Slack."""
+        if thread_id:
+            self._bot_threads.put((chat_id, thread_id), True)
+        if ts and self._my_id is not None:
+            self._directory.remember_root(chat_id, ts, {"ts": ts, "text": text, "user": self._my_id})
 
     # --- messages ------------------------------------------------------------------------
 
@@ -86,8 +179,8 @@ class SlackInbound:
         The bot's own posts still teach us something: a post in a thread means the bot is
         part of that thread, whichever process of the bot posted it.
         """
-        if self._me.authored(event):
-            self._note_own_post(event)
+        if self._authored(event):
+            self._note_echo(event)
             return None
         channel_id = str(event.get("channel", ""))
         ts = str(event.get("ts", ""))
@@ -105,7 +198,7 @@ class SlackInbound:
         is_bot = event.get("subtype") == "bot_message" or bool(event.get("bot_id"))
         return BotMessage(
             message_id=ts,
-            content=await to_plain_text(raw_text, self._me.user_id, self._directory.display_name),
+            content=await to_plain_text(raw_text, self._my_id, self._directory.display_name),
             sender=await self._sender(event, is_bot),
             channel=BotChannel(channel_id=channel_id, channel_type=channel_type),
             message_type=_message_type(attachments),
@@ -115,7 +208,7 @@ class SlackInbound:
             attachments=attachments,
             quoted=quoted,
             metadata={
-                META_MENTIONS_BOT: via_mention or self._me.user_id in mentioned_user_ids(raw_text),
+                META_MENTIONS_BOT: via_mention or any(map(self._adapter.is_self, mentioned_user_ids(raw_text))),
                 META_REPLY_TO_BOT: reply_to_bot,
                 META_SCOPE: _team(event, body),
                 "slack_subtype": event.get("subtype"),
@@ -135,7 +228,7 @@ class SlackInbound:
             channel_type = "group"
         else:
             channel_type = await self._directory.channel_type(channel_id)
-        args = await to_plain_text(payload.get("text") or "", self._me.user_id, self._directory.display_name)
+        args = await to_plain_text(payload.get("text") or "", self._my_id, self._directory.display_name)
         user_id = str(payload.get("user_id", ""))
         return BotMessage(
             message_id=str(payload.get("trigger_id") or payload.get("command_ts") or ""),
@@ -177,24 +270,25 @@ class SlackInbound:
             self._directory.remember_root(channel_id, thread_ts, root)
         else:
             root = await self._directory.thread_root(channel_id, thread_ts)
-        root_is_ours = event.get("parent_user_id") == self._me.user_id or (root is not None and self._me.authored(root))
+        root_is_ours = self._adapter.is_self(event.get("parent_user_id")) or (root is not None and self._authored(root))
         replied_in = (channel_id, thread_ts) in self._bot_threads or self._replied_in(root)
         quoted = None
         if root is not None:
             quoted = QuotedRef(
                 message_id=thread_ts,
-                text=await to_plain_text(root.get("text") or "", self._me.user_id, self._directory.display_name),
+                text=await to_plain_text(root.get("text") or "", self._my_id, self._directory.display_name),
                 author="bot" if root_is_ours else "user",
             )
         return quoted, root_is_ours or replied_in
 
-    def _note_own_post(self, event: dict[str, Any]) -> None:
+    def _note_echo(self, event: dict[str, Any]) -> None:
+        """Our post as Slack delivers it back, whichever process of the bot posted it."""
         thread_ts = event.get("thread_ts")
         if thread_ts and event.get("channel"):
             self._bot_threads.put((str(event["channel"]), str(thread_ts)), True)
 
     def _replied_in(self, root: dict[str, Any] | None) -> bool:
-        return self._me.user_id in ((root or {}).get("reply_users") or [])
+        return any(map(self._adapter.is_self, (root or {}).get("reply_users") or []))
 
     # --- platform events -----------------------------------------------------------------
 
@@ -202,7 +296,7 @@ class SlackInbound:
         """`message_changed` whose text changed; unfurls and our own edits are not edits."""
         new = event.get("message") or {}
         previous = event.get("previous_message")
-        if self._me.authored(new):
+        if self._authored(new):
             return None
         if isinstance(previous, dict) and (previous.get("text") or "") == (new.get("text") or ""):
             return None
@@ -214,7 +308,7 @@ class SlackInbound:
             chat_id=str(event.get("channel", "")),
             user_id=str(new.get("user") or new.get("bot_id") or ""),
             message_id=ts or None,
-            new_text=await to_plain_text(new.get("text") or "", self._me.user_id, self._directory.display_name),
+            new_text=await to_plain_text(new.get("text") or "", self._my_id, self._directory.display_name),
             thread_id=str(thread_ts) if thread_ts and thread_ts != ts else None,
             event_id=body.get("event_id"),
             raw=event,
@@ -223,7 +317,7 @@ class SlackInbound:
     def deleted(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
         """`message_deleted`; Slack does not say who deleted, so the author stands in."""
         previous = event.get("previous_message") or {}
-        if self._me.authored(previous):
+        if self._authored(previous):
             return None
         thread_ts = previous.get("thread_ts")
         deleted_ts = event.get("deleted_ts") or previous.get("ts")
@@ -241,7 +335,7 @@ class SlackInbound:
     def reaction(self, event: dict[str, Any], body: dict[str, Any]) -> PlatformEvent | None:
         """`reaction_added` / `reaction_removed` on a message (file reactions are ignored)."""
         item = event.get("item") or {}
-        if item.get("type") != "message" or event.get("user") == self._me.user_id:
+        if item.get("type") != "message" or self._adapter.is_self(event.get("user")):
             return None
         return PlatformEvent(
             kind=event["type"],
@@ -268,8 +362,18 @@ class SlackInbound:
         )
 
 
+def _dedup_key(event: dict[str, Any], body: dict[str, Any]) -> tuple[str, ...] | None:
+    """One key per post (shared by its `message` and `app_mention`), else per event id."""
+    kind = event.get("type")
+    is_post = kind == "app_mention" or (kind == "message" and event.get("subtype") in MESSAGE_SUBTYPES)
+    if is_post and event.get("channel") and event.get("ts"):
+        return ("post", str(event["channel"]), str(event["ts"]))
+    event_id = body.get("event_id")
+    return ("event", str(event_id)) if event_id else None
+
+
 def _attachments(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Slack file objects as SPEC attachments; `url_private` needs the bot token to fetch."""
+    """Slack file objects as attachments; `url_private` needs the bot token to fetch."""
     return [
         {
             "url": f.get("url_private") or f.get("url_private_download"),

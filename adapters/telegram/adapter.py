@@ -1,12 +1,12 @@
 """`TelegramAdapter`: python-telegram-bot's `Application` wired to the botweave runtime.
 
-Inbound, PTB fetches updates by long polling (the default) and hands each to one handler that
-normalises it (see `inbound`) and dispatches it; dispatch returns at once, so PTB's loop is
-never blocked by an agent. In webhook mode our own server (see `webhook`) receives the updates
-and runs each through the same handlers, answering 200 only once the runtime has it (500 if
-the hand-over failed, so Telegram redelivers). Polling likewise sends the offset that
-acknowledges an update only after its hand-over finished. Outbound calls go through
-`outbound.Outbound`, which keeps each chat in order under Telegram's rate limits.
+Inbound, PTB fetches updates by long polling (the default) and hands each to one handler,
+`inbound.TelegramInbound`, that normalises it and dispatches it; dispatch returns at once, so
+PTB's loop is never blocked by an agent. In webhook mode our own server (see `webhook`)
+receives the updates and runs each through the same handler, answering 200 only once the
+runtime has it (500 if the hand-over failed, so Telegram redelivers). Polling likewise sends
+the offset that acknowledges an update only after its hand-over finished. Outbound calls go
+through `outbound.TelegramOutbound`, which keeps each chat in order under Telegram's limits.
 
 The application is built with `ApplicationBuilder().bot(...)` rather than `.token(...)`
 because the bot is `client.TolerantBot`, an `ExtBot` whose polling survives a malformed
@@ -17,25 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any
 
 from botweave.adapter import Adapter, PlatformRejected
-from botweave.adapters.telegram.client import PerChatUpdateProcessor, TolerantBot
-from botweave.adapters.telegram.config import TelegramConfig
-from botweave.adapters.telegram.inbound import Me, normalise
-from botweave.adapters.telegram.outbound import Formatted, Outbound, failure, not_modified
-from botweave.adapters.telegram.webhook import WebhookServer
-from botweave.types import BotUser, MessageActionResult, PlatformCapabilities
-from telegram import Message, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters, Update
-from telegram.constants import ReactionEmoji
-from telegram.error import ChatMigrated, Conflict, InvalidToken, TelegramError
+from botweave.types import BotUser, PlatformCapabilities
+from telegram import Update
+from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
 from telegram.request import HTTPXRequest
 
-log = logging.getLogger(__name__)
+from .client import PerChatUpdateProcessor, TolerantBot
+from .config import TelegramConfig
+from .inbound import HANDOVER_TIMEOUT_S, TelegramInbound
+from .outbound import TelegramOutbound
+from .pacing import Pacer
+from .webhook import WebhookServer
 
-T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org/bot"
 DEFAULT_FILE_BASE = "https://api.telegram.org/file/bot"
@@ -57,18 +56,7 @@ ALLOWED_UPDATES = (
 # budget, and exactly one for the long poll. PTB handles one update at a time unless told
 # otherwise; updates of different chats run concurrently (see client.PerChatUpdateProcessor).
 SEND_POOL_SIZE = 32
-HANDOVER_TIMEOUT_S = 30.0  # longest a poll, or a webhook answer, waits for the runtime to take updates
 CONCURRENT_UPDATES = 64
-REACTION_EMOJI = {str(e.value) for e in ReactionEmoji}
-
-
-class _Handover:
-    """The outcome of handing one webhook update to the runtime."""
-
-    __slots__ = ("error",)
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
 
 
 class _TokenRedactor(logging.Filter):
@@ -93,41 +81,11 @@ def _redacted_loggers() -> list[str]:
     return sorted(known)
 
 
-def _as_chat(chat_id: str) -> int | str:
-    """Numeric ids go out as ints; `@channelname` targets are passed through."""
-    try:
-        return int(chat_id)
-    except ValueError:
-        return chat_id
-
-
-def _as_int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
 def _file_base(api_base: str) -> str:
     """A self-hosted Bot API server serves files under /file/bot next to /bot."""
     if api_base.rstrip("/").endswith("/bot"):
         return api_base.rstrip("/")[: -len("bot")] + "file/bot"
     return DEFAULT_FILE_BASE
-
-
-def _reaction(emoji: str) -> ReactionTypeEmoji | ReactionTypeCustomEmoji | None:
-    """Telegram accepts only its fixed reaction set (and custom emoji by id)."""
-    if emoji.startswith("custom:") and len(emoji) > len("custom:"):
-        return ReactionTypeCustomEmoji(emoji[len("custom:"):])
-    if emoji in REACTION_EMOJI:
-        return ReactionTypeEmoji(emoji)
-    bare = emoji.replace("\ufe0f", "")
-    for allowed in REACTION_EMOJI:
-        if allowed.replace("\ufe0f", "") == bare:
-            return ReactionTypeEmoji(allowed)
-    return None
 
 
 class TelegramAdapter(Adapter):
@@ -153,22 +111,17 @@ class TelegramAdapter(Adapter):
     typing_interval_s = 4.0
 
     def __init__(self, config: TelegramConfig | Mapping[str, Any] | None = None) -> None:
-        if config is None or isinstance(config, Mapping):
-            config = TelegramConfig.model_validate(dict(config or {}))
-        super().__init__(config)
-        self.config: TelegramConfig = config
-        self.outbound = Outbound(global_limit=(max(1, int(config.requests_per_second)), 1.0))
+        settings = config if isinstance(config, TelegramConfig) else TelegramConfig.model_validate(dict(config or {}))
+        super().__init__(settings)
+        self.config: TelegramConfig = settings
+        self.outbound: TelegramOutbound | None = None
+        self.inbound = TelegramInbound(self, on_callback_query=self._answer_callback)
         #: Set when the adapter gave up (e.g. another instance polls with the same token).
         self.failure: str | None = None
         self._application: Application | None = None
-        self._me: Me | None = None
         self._conflicts = 0
-        self._migrated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._unhanded: set[int] = set()  # fetched update ids not yet handed to the runtime
-        self._all_handed = asyncio.Event()
         self._webhook: WebhookServer | None = None
-        self._handovers: dict[int, _Handover] = {}  # id(update) → outcome, for webhook updates
         self._redactor: _TokenRedactor | None = None
 
     def __repr__(self) -> str:
@@ -177,7 +130,7 @@ class TelegramAdapter(Adapter):
     @property
     def running(self) -> bool:
         """True while logged in (receiving or send-only)."""
-        return self._application is not None and self._me is not None
+        return self._application is not None and self.self_user is not None
 
     @property
     def application(self) -> Application:
@@ -187,12 +140,6 @@ class TelegramAdapter(Adapter):
         return self._application
 
     # --- lifecycle -------------------------------------------------------------------------
-
-    def _token(self) -> str:
-        token = self.config.token.get_secret_value().strip() if self.config.token else ""
-        if not token:
-            raise ValueError("platforms.telegram.token is not set (e.g. token: ${TELEGRAM_BOT_TOKEN})")
-        return token
 
     def _build(self, token: str) -> Application:
         api_base = self.config.api_base_url or DEFAULT_API_BASE
@@ -207,7 +154,7 @@ class TelegramAdapter(Adapter):
             ),
             get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=10.0),
             polled=self._polled,
-            before_poll=self._handed_over,
+            before_poll=self.inbound.handed_over,
         )
         return (
             ApplicationBuilder()
@@ -223,7 +170,7 @@ class TelegramAdapter(Adapter):
         A send-only instance (`inbound=False`, a worker of a shared inbound stream) never
         polls, so it cannot collide with the instance that does.
         """
-        token = self._token()
+        token = self.secret("token")
         if inbound and self.config.mode == "webhook" and not self.config.webhook_url:
             raise ValueError("platforms.telegram.webhook_url is required when mode is webhook")
         self._redactor = _TokenRedactor(token)
@@ -244,12 +191,14 @@ class TelegramAdapter(Adapter):
     async def _launch(self, application: Application, inbound: bool) -> None:
         await application.initialize()
         me = application.bot.bot
-        self._me = Me(user_id=me.id, username=me.username or "")
         self.self_user = BotUser(str(me.id), me.username or "", me.full_name, True)
+        self.outbound = TelegramOutbound(
+            application.bot, Pacer(global_limit=(max(1, int(self.config.requests_per_second)), 1.0))
+        )
         if not inbound:
             log.info("telegram: @%s ready to send (not receiving)", me.username)
             return
-        application.add_handler(TypeHandler(Update, self._on_update))
+        application.add_handler(TypeHandler(Update, self.inbound.on_update))
         application.add_error_handler(self._on_error)
         await application.start()
         await self._receive(application)
@@ -291,6 +240,7 @@ class TelegramAdapter(Adapter):
 
     async def stop(self) -> None:
         """Stop receiving, let PTB finish, and close its HTTP clients; safe to call twice."""
+        self.outbound = None
         webhook, self._webhook = self._webhook, None
         if webhook is not None:  # first, so requests in flight still find the application
             await webhook.stop()
@@ -317,70 +267,23 @@ class TelegramAdapter(Adapter):
 
     # --- inbound ---------------------------------------------------------------------------
 
-    async def _handed_over(self) -> None:
-        """Wait (bounded) until every fetched update reached the runtime, so the offset that
-        acknowledges them to Telegram is sent only once they are recorded (SPEC §12)."""
-        if not self._unhanded:
-            return
-        self._all_handed.clear()
-        try:
-            await asyncio.wait_for(self._all_handed.wait(), timeout=HANDOVER_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            log.warning("telegram: %d update(s) still not handed over; polling on", len(self._unhanded))
-            self._unhanded.clear()
-
     async def _process_webhook_update(self, update: Update) -> None:
-        """Run a webhook update through the application's handlers (via the update processor,
-        so a chat's updates stay in order while other chats run concurrently) and return once
-        the runtime has it; raise if the hand-over failed, so Telegram is answered 500."""
         application = self._application
         if application is None:
             raise RuntimeError("the Telegram adapter is stopping")
-        handover = self._handovers[id(update)] = _Handover()
-        try:
-            await application.update_processor.process_update(update, application.process_update(update))
-        finally:
-            self._handovers.pop(id(update), None)
-        if handover.error is not None:
-            raise RuntimeError(f"hand-over failed: {handover.error!r}") from handover.error
+        await self.inbound.process_webhook_update(application, update)
 
-    async def _on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        handover = self._handovers.get(id(update))
-        try:
-            await self._handle_update(update, strict=handover is not None)
-        except Exception as exc:
-            if handover is not None:  # PTB passes it to the error handlers; the webhook answers 500
-                handover.error = exc
-            raise
-        finally:
-            self._unhanded.discard(update.update_id)
-            if not self._unhanded:
-                self._all_handed.set()
+    def _answer_callback(self, query_id: str) -> None:
+        """Stop the button's spinner (in the background); the agent's answer arrives as a
+        normal message."""
 
-    async def _handle_update(self, update: Update, *, strict: bool = False) -> None:
-        """Normalise and dispatch. `strict` (webhook updates) raises when the runtime did not
-        accept an item, so the webhook answers with an error and Telegram redelivers."""
-        if self._me is None:
-            if strict:
-                raise RuntimeError("the Telegram adapter is not logged in")
-            return
-        if update.callback_query is not None:
-            self._background(self._answer_callback(update.callback_query.id))
-        try:
-            items = normalise(update, self._me)
-        except Exception:
-            log.exception("telegram: skipped update %s that could not be normalised", update.update_id)
-            return
-        for item in items:
-            if not await self.dispatch(item) and strict:
-                raise RuntimeError("the runtime did not accept the update")
+        async def answer() -> None:
+            try:
+                await self.application.bot.answer_callback_query(query_id)
+            except TelegramError as exc:
+                log.debug("telegram: answerCallbackQuery failed: %s", exc)
 
-    async def _answer_callback(self, query_id: str) -> None:
-        """Stop the button's spinner; the agent's answer arrives as a normal message."""
-        try:
-            await self.application.bot.answer_callback_query(query_id)
-        except TelegramError as exc:
-            log.debug("telegram: answerCallbackQuery failed: %s", exc)
+        self._background(answer())
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         update_id = update.update_id if isinstance(update, Update) else "?"
@@ -388,7 +291,7 @@ class TelegramAdapter(Adapter):
 
     def _polled(self, updates: Sequence[Update]) -> None:
         self._conflicts = 0
-        self._unhanded.update(update.update_id for update in updates)
+        self.inbound.polled(updates)
 
     def _on_poll_error(self, exc: TelegramError) -> None:
         """PTB retries polling errors forever; a 409 conflict is not worth that."""
@@ -421,131 +324,7 @@ class TelegramAdapter(Adapter):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- outbound --------------------------------------------------------------------------
-
-    def _target(self, chat_id: str) -> str:
-        return self._migrated.get(chat_id, chat_id)
-
-    async def _with_migration(self, chat_id: str, action: Callable[[str], Awaitable[T]]) -> T:
-        """A group that became a supergroup has a new id; follow it once and remember it."""
-        target = self._target(chat_id)
-        try:
-            return await action(target)
-        except ChatMigrated as exc:
-            new_id = str(exc.new_chat_id)
-            log.info("telegram: chat %s migrated to %s", chat_id, new_id)
-            self._migrated[chat_id] = new_id
-            return await action(new_id)
-
-    async def send(
-        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
-    ) -> MessageActionResult:
-        """Post one chunk; rendered markdown first, plain text if Telegram rejects the entities."""
-        if self._application is None:
-            return MessageActionResult("no_route", chat_id, "send: the Telegram adapter is not started")
-        if not text.strip():
-            return MessageActionResult("failed", chat_id, "send: empty message")
-        bot = self._application.bot
-        formatted = Formatted(text, bot)
-        reply_id = _as_int(reply_to)
-        reply = ReplyParameters(message_id=reply_id, allow_sending_without_reply=True) if reply_id else None
-
-        async def post(target: str) -> Message:
-            return await formatted.apply(
-                lambda body, entities: bot.send_message(
-                    chat_id=_as_chat(target),
-                    text=body,
-                    entities=entities,
-                    message_thread_id=_as_int(thread_id),
-                    reply_parameters=reply,
-                )
-            )
-
-        try:
-            message = await self._with_migration(
-                chat_id,
-                lambda target: self.outbound.call(target, lambda: post(target), idempotent=False, new_message=True),
-            )
-        except TelegramError as exc:
-            return failure(exc, chat_id, "send")
-        return MessageActionResult("ok", chat_id, message_id=str(message.message_id))
-
-    async def edit(
-        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
-    ) -> MessageActionResult:
-        """Replace a message's text; 'not modified' counts as success (the text is there)."""
-        if self._application is None:
-            return MessageActionResult("no_route", chat_id, "edit: the Telegram adapter is not started")
-        if not text.strip():
-            return MessageActionResult("failed", chat_id, "edit: empty message")
-        bot = self._application.bot
-        formatted = Formatted(text, bot)
-
-        async def change(target: str) -> Any:
-            return await formatted.apply(
-                lambda body, entities: bot.edit_message_text(
-                    chat_id=_as_chat(target), message_id=int(message_id), text=body, entities=entities
-                )
-            )
-
-        return await self._act(chat_id, message_id, "edit", change)
-
-    async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
-        if self._application is None:
-            return MessageActionResult("no_route", chat_id, "delete: the Telegram adapter is not started")
-        bot = self._application.bot
-
-        async def remove(target: str) -> Any:
-            return await bot.delete_message(chat_id=_as_chat(target), message_id=int(message_id))
-
-        return await self._act(chat_id, message_id, "delete", remove)
-
-    async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
-        """setMessageReaction; emoji outside Telegram's reaction set are `unsupported`."""
-        if self._application is None:
-            return MessageActionResult("no_route", chat_id, "react: the Telegram adapter is not started")
-        reaction = _reaction(emoji)
-        if reaction is None:
-            detail = f"react: Telegram does not allow {emoji!r} as a reaction"
-            return MessageActionResult("unsupported", chat_id, detail)
-        bot = self._application.bot
-
-        async def set_reaction(target: str) -> Any:
-            return await bot.set_message_reaction(
-                chat_id=_as_chat(target), message_id=int(message_id), reaction=reaction
-            )
-
-        return await self._act(chat_id, message_id, "react", set_reaction)
-
-    async def _act(
-        self, chat_id: str, message_id: str, action: str, call: Callable[[str], Awaitable[Any]]
-    ) -> MessageActionResult:
-        """Edits, deletes and reactions: idempotent, so transient failures are retried."""
-        if _as_int(message_id) is None:
-            return MessageActionResult("no_route", chat_id, f"{action}: {message_id!r} is not a Telegram message id")
-        try:
-            await self._with_migration(
-                chat_id, lambda target: self.outbound.call(target, lambda: call(target), idempotent=True)
-            )
-        except TelegramError as exc:
-            if action == "edit" and not_modified(exc):
-                return MessageActionResult("ok", chat_id, "edit: message is not modified", message_id=message_id)
-            return failure(exc, chat_id, action)
-        return MessageActionResult("ok", chat_id, message_id=message_id)
-
-    async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
-        """Best effort; skipped while the chat is cooling down from a 429."""
-        if self._application is None:
-            return
-        target = self._target(chat_id)
-        if self.outbound.gate.cooling(target):
-            return
-        try:
-            await self._application.bot.send_chat_action(
-                chat_id=_as_chat(target), action="typing", message_thread_id=_as_int(thread_id)
-            )
-        except TelegramError as exc:
-            log.debug("telegram: typing indicator failed in %s: %s", chat_id, exc)
+    # --- files ---------------------------------------------------------------------------
 
     async def file_url(self, file_id: str) -> str | None:
         """A download URL for an attachment's `file_id` (getFile), or None if unavailable."""

@@ -1,17 +1,23 @@
-"""Telegram updates → `BotMessage` / `PlatformEvent` (SPEC §3, §6).
+"""Telegram updates → `BotMessage` / `PlatformEvent`, and their hand-over to the runtime.
 
-Pure functions of a python-telegram-bot `Update` and the bot's own identity, so every rule
-(what counts as a mention, which reply is real, which content may issue commands) can be read
-and tested in one place without a network connection.
+What an update means is decided by pure functions of a python-telegram-bot `Update` (and, for
+mentions and replies, of who the bot is: `TelegramInbound`), so every rule — what counts as a
+mention, which reply is real, which content may issue commands — can be read in one place.
+
+`TelegramInbound` is also PTB's one handler. Each update is normalised and dispatched; it
+keeps count of what was handed over, so polling acknowledges an update (by the next offset)
+only once the runtime has it, and a webhook update is answered only when its hand-over ended
+(with an error when it failed, so Telegram redelivers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from botweave.adapter import Adapter
 from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -28,31 +34,25 @@ from telegram import (
     Chat,
     ChatMember,
     ChatMemberUpdated,
+    Contact,
+    Location,
     Message,
     MessageEntity,
     MessageReactionUpdated,
     ReactionType,
     Update,
     User,
+    Venue,
 )
+from telegram.ext import Application, ContextTypes
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
+HANDOVER_TIMEOUT_S = 30.0  # longest a poll, or a webhook answer, waits for the runtime to take updates
 
 #: Member statuses that mean "inside the chat" (restricted members may or may not be).
 _PRESENT = {ChatMember.OWNER, ChatMember.ADMINISTRATOR, ChatMember.MEMBER}
-
-
-@dataclass(frozen=True, slots=True)
-class Me:
-    """The bot's own identity, needed to recognise mentions of it and replies to it."""
-
-    user_id: int
-    username: str
-
-    def is_me(self, user: User | None) -> bool:
-        return user is not None and user.id == self.user_id
 
 
 # --- identities --------------------------------------------------------------------------
@@ -116,18 +116,16 @@ def _file(kind: str, media: Any, *, mime: str | None = None, filename: str | Non
     return attachment
 
 
-def _location(message: Message) -> tuple[dict[str, Any], str]:
-    loc = message.venue.location if message.venue else message.location
+def _location(loc: Location, venue: Venue | None) -> tuple[dict[str, Any], str]:
     attachment: dict[str, Any] = {"type": "location", "latitude": loc.latitude, "longitude": loc.longitude}
     description = f"Location: {loc.latitude}, {loc.longitude}"
-    if message.venue is not None:
-        attachment.update(type="venue", title=message.venue.title, address=message.venue.address)
-        description = f"Venue: {message.venue.title}, {message.venue.address} ({loc.latitude}, {loc.longitude})"
+    if venue is not None:
+        attachment.update(type="venue", title=venue.title, address=venue.address)
+        description = f"Venue: {venue.title}, {venue.address} ({loc.latitude}, {loc.longitude})"
     return attachment, description
 
 
-def _contact(message: Message) -> tuple[dict[str, Any], str]:
-    contact = message.contact
+def _contact(contact: Contact) -> tuple[dict[str, Any], str]:
     name = " ".join(p for p in (contact.first_name, contact.last_name) if p)
     attachment = {
         "type": "contact",
@@ -167,11 +165,14 @@ def media_of(message: Message) -> tuple[MessageType, list[dict[str, Any]], str]:
         return MessageType.STICKER, [attachment], sticker.emoji or ""
     if message.document:
         return MessageType.FILE, [_file("document", message.document)], ""
-    if message.location or message.venue:
-        attachment, description = _location(message)
+    if message.venue is not None:
+        attachment, description = _location(message.venue.location, message.venue)
         return MessageType.LOCATION, [attachment], description
-    if message.contact:
-        attachment, description = _contact(message)
+    if message.location is not None:
+        attachment, description = _location(message.location, None)
+        return MessageType.LOCATION, [attachment], description
+    if message.contact is not None:
+        attachment, description = _contact(message.contact)
         return MessageType.FILE, [attachment], description
     return MessageType.TEXT, [], ""
 
@@ -182,17 +183,6 @@ def _entities(message: Message) -> dict[MessageEntity, str]:
     if message.caption is not None:
         return message.parse_caption_entities()
     return {}
-
-
-def mentions_me(message: Message, me: Me) -> bool:
-    """An @username mention or a text_mention (users without a username) of this bot."""
-    handle = f"@{me.username}".lower()
-    for entity, text in _entities(message).items():
-        if entity.type == MessageEntity.MENTION and text.lower() == handle:
-            return True
-        if entity.type == MessageEntity.TEXT_MENTION and me.is_me(entity.user):
-            return True
-    return False
 
 
 def is_command(message: Message) -> bool:
@@ -214,23 +204,8 @@ def real_reply(message: Message) -> Message | None:
     return replied
 
 
-def quoted_of(message: Message, me: Me) -> QuotedRef | None:
-    """What the user replied to: the part they quoted if any, else the whole message."""
-    partial = message.quote.text if message.quote is not None else ""
-    replied = real_reply(message)
-    if replied is not None:
-        author = "bot" if me.is_me(replied.from_user) else "user"
-        text = partial or replied.text or replied.caption or ""
-        return QuotedRef(message_id=str(replied.message_id), text=text, author=author)
-    external = message.external_reply
-    if external is not None:
-        message_id = str(external.message_id) if external.message_id is not None else ""
-        return QuotedRef(message_id=message_id, text=partial, author="user")
-    return None
-
-
 def _untrusted(message: Message) -> bool:
-    """Content that is not a person's direct instruction may not run commands (SPEC §3)."""
+    """Content that is not a person's direct instruction may not run commands."""
     author = message.from_user
     return bool(
         message.forward_origin is not None
@@ -257,68 +232,6 @@ def is_service(message: Message) -> bool:
         or message.new_chat_title
         or message.new_chat_photo
         or message.delete_chat_photo
-    )
-
-
-def message_of(message: Message, me: Me) -> BotMessage | None:
-    """A turn for the agent, or None for messages that carry nothing we can represent."""
-    if is_service(message):
-        return None
-    media_type, attachments, description = media_of(message)
-    text = message.text if message.text is not None else (message.caption or description)
-    if not text and not attachments:
-        log.debug("telegram: ignoring message %s with no supported content", message.message_id)
-        return None
-    message_type = MessageType.COMMAND if is_command(message) else media_type
-    replied = real_reply(message)
-    metadata: dict[str, Any] = {
-        META_MENTIONS_BOT: mentions_me(message, me),
-        META_REPLY_TO_BOT: replied is not None and me.is_me(replied.from_user),
-        META_SCOPE: str(message.chat.id),
-    }
-    if message.forward_origin is not None:
-        metadata["forwarded"] = True
-    if message.chat.is_forum:
-        metadata["forum"] = True
-    return BotMessage(
-        message_id=str(message.message_id),
-        content=text,
-        sender=sender_of(message),
-        channel=channel_of(message.chat),
-        message_type=message_type,
-        timestamp=message.date,
-        reply_to=str(replied.message_id) if replied is not None else None,
-        thread_id=thread_of(message),
-        attachments=attachments,
-        quoted=quoted_of(message, me),
-        metadata=metadata,
-        allow_control=not _untrusted(message),
-        platform=PLATFORM,
-    )
-
-
-def callback_of(update: Update, me: Me) -> BotMessage | None:
-    """An inline-button press: a direct human action, delivered as a `callback` turn."""
-    query = update.callback_query
-    if query is None or query.data is None or not isinstance(query.message, Message):
-        return None
-    origin = query.message
-    return BotMessage(
-        message_id=f"cb:{query.id}",
-        content={"text": query.data, "data": query.data},
-        sender=user_of(query.from_user),
-        channel=channel_of(origin.chat),
-        message_type=MessageType.CALLBACK,
-        reply_to=str(origin.message_id),
-        thread_id=thread_of(origin),
-        metadata={
-            META_MENTIONS_BOT: False,
-            META_REPLY_TO_BOT: me.is_me(origin.from_user),
-            META_SCOPE: str(origin.chat.id),
-            "callback_query_id": query.id,
-        },
-        allow_control=not query.from_user.is_bot,
-        platform=PLATFORM,
     )
 
 
@@ -442,18 +355,192 @@ def membership_event(update: Update) -> PlatformEvent | None:
     return _member_event(kind, change.chat, change.new_chat_member.user, stamp, change)
 
 
-def normalise(update: Update, me: Me) -> list[BotMessage | PlatformEvent]:
-    """Everything the runtime should hear about one update, in order."""
-    message = update.message or update.channel_post
-    if message is not None:
-        items: list[BotMessage | PlatformEvent] = list(service_events(message))
-        turn = message_of(message, me)
-        if turn is not None:
-            items.append(turn)
-        return items
-    if update.callback_query is not None:
-        return [m for m in (callback_of(update, me),) if m is not None]
-    if update.message_reaction is not None:
-        return list(reaction_events(update))
-    found: Iterable[PlatformEvent | None] = (edit_event(update), membership_event(update))
-    return [item for item in found if item is not None]
+# --- who the bot is, and the hand-over ---------------------------------------------------
+
+
+class _Handover:
+    """The outcome of handing one webhook update to the runtime."""
+
+    __slots__ = ("error",)
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+
+class TelegramInbound:
+    """Normalises updates with the bot's identity and hands them to the adapter's runtime."""
+
+    def __init__(self, adapter: Adapter, *, on_callback_query: Callable[[str], None]) -> None:
+        self._adapter = adapter
+        self._on_callback_query = on_callback_query  # stops the button's spinner
+        self._unhanded: set[int] = set()  # fetched update ids not yet handed to the runtime
+        self._all_handed = asyncio.Event()
+        self._handovers: dict[int, _Handover] = {}  # id(update) → outcome, for webhook updates
+
+    # --- the rules that need the bot's identity -----------------------------------------------
+
+    def _is_me(self, user: User | None) -> bool:
+        return user is not None and self._adapter.is_self(user.id)
+
+    def mentions_me(self, message: Message) -> bool:
+        """An @username mention or a text_mention (users without a username) of this bot."""
+        me = self._adapter.self_user
+        handle = f"@{me.username}".lower() if me is not None else None
+        for entity, text in _entities(message).items():
+            if entity.type == MessageEntity.MENTION and text.lower() == handle:
+                return True
+            if entity.type == MessageEntity.TEXT_MENTION and self._is_me(entity.user):
+                return True
+        return False
+
+    def quoted(self, message: Message) -> QuotedRef | None:
+        """What the user replied to: the part they quoted if any, else the whole message."""
+        partial = message.quote.text if message.quote is not None else ""
+        replied = real_reply(message)
+        if replied is not None:
+            author = "bot" if self._is_me(replied.from_user) else "user"
+            text = partial or replied.text or replied.caption or ""
+            return QuotedRef(message_id=str(replied.message_id), text=text, author=author)
+        external = message.external_reply
+        if external is not None:
+            message_id = str(external.message_id) if external.message_id is not None else ""
+            return QuotedRef(message_id=message_id, text=partial, author="user")
+        return None
+
+    def message(self, message: Message) -> BotMessage | None:
+        """A turn for the agent, or None for messages that carry nothing we can represent."""
+        if is_service(message):
+            return None
+        media_type, attachments, description = media_of(message)
+        text = message.text if message.text is not None else (message.caption or description)
+        if not text and not attachments:
+            log.debug("telegram: ignoring message %s with no supported content", message.message_id)
+            return None
+        message_type = MessageType.COMMAND if is_command(message) else media_type
+        replied = real_reply(message)
+        metadata: dict[str, Any] = {
+            META_MENTIONS_BOT: self.mentions_me(message),
+            META_REPLY_TO_BOT: replied is not None and self._is_me(replied.from_user),
+            META_SCOPE: str(message.chat.id),
+        }
+        if message.forward_origin is not None:
+            metadata["forwarded"] = True
+        if message.chat.is_forum:
+            metadata["forum"] = True
+        return BotMessage(
+            message_id=str(message.message_id),
+            content=text,
+            sender=sender_of(message),
+            channel=channel_of(message.chat),
+            message_type=message_type,
+            timestamp=message.date,
+            reply_to=str(replied.message_id) if replied is not None else None,
+            thread_id=thread_of(message),
+            attachments=attachments,
+            quoted=self.quoted(message),
+            metadata=metadata,
+            allow_control=not _untrusted(message),
+            platform=PLATFORM,
+        )
+
+    def callback(self, update: Update) -> BotMessage | None:
+        """An inline-button press: a direct human action, delivered as a `callback` turn."""
+        query = update.callback_query
+        if query is None or query.data is None or not isinstance(query.message, Message):
+            return None
+        origin = query.message
+        return BotMessage(
+            message_id=f"cb:{query.id}",
+            content={"text": query.data, "data": query.data},
+            sender=user_of(query.from_user),
+            channel=channel_of(origin.chat),
+            message_type=MessageType.CALLBACK,
+            reply_to=str(origin.message_id),
+            thread_id=thread_of(origin),
+            metadata={
+                META_MENTIONS_BOT: False,
+                META_REPLY_TO_BOT: self._is_me(origin.from_user),
+                META_SCOPE: str(origin.chat.id),
+                "callback_query_id": query.id,
+            },
+            allow_control=not query.from_user.is_bot,
+            platform=PLATFORM,
+        )
+
+    def normalise(self, update: Update) -> list[BotMessage | PlatformEvent]:
+        """Everything the runtime should hear about one update, in order."""
+        message = update.message or update.channel_post
+        if message is not None:
+            items: list[BotMessage | PlatformEvent] = list(service_events(message))
+            turn = self.message(message)
+            if turn is not None:
+                items.append(turn)
+            return items
+        if update.callback_query is not None:
+            return [m for m in (self.callback(update),) if m is not None]
+        if update.message_reaction is not None:
+            return list(reaction_events(update))
+        found: Iterable[PlatformEvent | None] = (edit_event(update), membership_event(update))
+        return [item for item in found if item is not None]
+
+    # --- the hand-over ------------------------------------------------------------------------
+
+    def polled(self, updates: Sequence[Update]) -> None:
+        """A polled batch: each of its updates is owed a hand-over before the next poll."""
+        self._unhanded.update(update.update_id for update in updates)
+
+    async def handed_over(self) -> None:
+        """Wait (bounded) until every fetched update reached the runtime, so the offset that
+        acknowledges them to Telegram is sent only once they are recorded."""
+        if not self._unhanded:
+            return
+        self._all_handed.clear()
+        try:
+            await asyncio.wait_for(self._all_handed.wait(), timeout=HANDOVER_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.warning("telegram: %d update(s) still not handed over; polling on", len(self._unhanded))
+            self._unhanded.clear()
+
+    async def process_webhook_update(self, application: Application, update: Update) -> None:
+        """Run a webhook update through the application's handlers (via the update processor,
+        so a chat's updates stay in order while other chats run concurrently) and return once
+        the runtime has it; raise if the hand-over failed, so Telegram is answered 500."""
+        handover = self._handovers[id(update)] = _Handover()
+        try:
+            await application.update_processor.process_update(update, application.process_update(update))
+        finally:
+            self._handovers.pop(id(update), None)
+        if handover.error is not None:
+            raise RuntimeError(f"hand-over failed: {handover.error!r}") from handover.error
+
+    async def on_update(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """PTB's handler for every update."""
+        handover = self._handovers.get(id(update))
+        try:
+            await self._handle(update, strict=handover is not None)
+        except Exception as exc:
+            if handover is not None:  # PTB passes it to the error handlers; the webhook answers 500
+                handover.error = exc
+            raise
+        finally:
+            self._unhanded.discard(update.update_id)
+            if not self._unhanded:
+                self._all_handed.set()
+
+    async def _handle(self, update: Update, *, strict: bool) -> None:
+        """Normalise and dispatch. `strict` (webhook updates) raises when the runtime did not
+        accept an item, so the webhook answers with an error and Telegram redelivers."""
+        if self._adapter.self_user is None:
+            if strict:
+                raise RuntimeError("the Telegram adapter is not logged in")
+            return
+        if update.callback_query is not None:
+            self._on_callback_query(update.callback_query.id)
+        try:
+            items = self.normalise(update)
+        except Exception:
+            log.exception("telegram: skipped update %s that could not be normalised", update.update_id)
+            return
+        for item in items:
+            if not await self._adapter.dispatch(item) and strict:
+                raise RuntimeError("the runtime did not accept the update")

@@ -680,6 +680,7 @@ class DiscordEmulator:
             ("GET", "/gateway/bot", self._gateway_bot),
             ("GET", "/gateway", self._gateway_info),
             ("GET", "/users/@me", self._me),
+            ("POST", "/users/@me/channels", self._open_dm),
             ("GET", "/oauth2/applications/@me", self._application),
             ("GET", "/applications/@me", self._application),
             ("POST", "/channels/{channel}/messages", self._create_message),
@@ -806,6 +807,12 @@ class DiscordEmulator:
                 "team": None,
             }
         )
+
+    async def _open_dm(self, request: web.Request) -> web.Response:
+        """Create DM: the one DM channel here is Alice's."""
+        if str((request[_BODY] or {}).get("recipient_id")) != ALICE_ID:
+            return self._not_found("User", 10013)
+        return self._json({"id": DM_CHANNEL_ID, "type": 1, "last_message_id": None, "recipients": [self.alice]})
 
     def _not_found(self, what: str, code: int) -> web.Response:
         return self._json({"message": f"Unknown {what}", "code": code}, 404)

@@ -166,7 +166,7 @@ async def test_a_failed_hand_over_is_answered_500_and_the_redelivery_handled(web
     assert "redelivers" in caplog.text
     assert await emu.post_to_webhook(update, headers=RIGHT) == 200  # Telegram's redelivery
     assert handed == ["try again"]
-    assert adapter._handovers == {}
+    assert adapter.inbound._handovers == {}
 
 
 async def test_a_hand_over_that_never_ends_is_answered_500(webhook_adapter, telegram_emulator, monkeypatch):

@@ -4,7 +4,7 @@ discord.py builds every REST URL from the process-wide class attribute
 `discord.http.Route.BASE` and connects its gateway to the process-wide
 `DiscordWebSocket.DEFAULT_GATEWAY`. Changing those would move every client in the process, so
 each adapter instead gives its own client's HTTPClient a subclass that rewrites URLs just
-before use (`_RebasedHTTPClient`, installed by re-classing that one HTTPClient instance, so the
+before use (`RebasedHTTPClient`, installed by re-classing that one HTTPClient instance, so the
 connection state, aiohttp session and rate-limit buckets discord.py already wired to it stay as
 they are). Nothing process-wide is modified. With `gateway_url` set, every main-gateway
 connection of the client (resumes included) goes there; with only `api_base_url` set, the
@@ -13,8 +13,9 @@ gateway URL is asked from that server (GET /gateway/bot), as a proxy would answe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+import discord
 import yarl
 from discord.http import HTTPClient, Route
 from discord.webhook.async_ import AsyncWebhookAdapter
@@ -31,7 +32,7 @@ def _rebase_gateway(url: str, gateway: yarl.URL) -> str:
     return str(gateway.with_query(original.query))
 
 
-class _RebasedHTTPClient(HTTPClient):
+class RebasedHTTPClient(HTTPClient):
     """discord.py's HTTPClient with this client's REST base and gateway URL replaced.
 
     Only URLs change; routes, rate-limit buckets (keyed on method + path), retries and the
@@ -53,8 +54,8 @@ class _RebasedHTTPClient(HTTPClient):
         return await super().ws_connect(url, compress=compress)
 
 
-class _RebasedWebhookAdapter(AsyncWebhookAdapter):
-    """discord.py's webhook REST adapter with the REST base replaced, like `_RebasedHTTPClient`.
+class RebasedWebhookAdapter(AsyncWebhookAdapter):
+    """discord.py's webhook REST adapter with the REST base replaced, like `RebasedHTTPClient`.
 
     Webhook calls do not go through the client's HTTPClient: discord.py takes its webhook
     adapter from the `async_context` context variable and builds URLs from `Route.BASE`. The
@@ -70,3 +71,17 @@ class _RebasedWebhookAdapter(AsyncWebhookAdapter):
         if route.url.startswith(Route.BASE):
             route.url = self._api_base + route.url[len(Route.BASE) :]
         return await super().request(route, session, **kwargs)
+
+
+def rebase(client: discord.Client, *, api_base: str | None, gateway: str | None) -> None:
+    """Point this one client's REST calls at `api_base` and its gateway at `gateway`.
+
+    The HTTPClient instance is re-classed in place: same state, same session, same rate-limit
+    buckets, only the URLs move.
+    """
+    if not (api_base or gateway):
+        return
+    client.http.__class__ = RebasedHTTPClient
+    http = cast(RebasedHTTPClient, client.http)
+    http.botweave_api_base = api_base.rstrip("/") if api_base else None
+    http.botweave_gateway = yarl.URL(gateway) if gateway else None

@@ -14,7 +14,6 @@ import pytest
 import pytest_asyncio
 from botweave import App
 from botweave.adapters.telegram.adapter import TelegramAdapter
-from botweave.adapters.telegram.inbound import Me, message_of
 from botweave.config import BotConfig
 from botweave.delivery import Delivery, ReplyChannel
 from botweave.hooks import HookRegistry
@@ -216,7 +215,7 @@ async def test_slow_stream_edits_no_faster_than_the_floor(telegram_emulator, cha
     try:
         chat = emu.private_chat(ANN) if chat_kind == "dm" else emu.group(-1001)
         origin_raw = emu.message(chat, ANN, "go")
-        origin = message_of(Message.de_json(origin_raw, adapter.application.bot), Me(emu.bot["id"], "ThisBot"))
+        origin = adapter.inbound.message(Message.de_json(origin_raw, adapter.application.bot))
         channel = ReplyChannel(Delivery(HookRegistry()), adapter, origin, BotConfig(streaming=True, stream_edit_interval_ms=0))
 
         async def tokens() -> AsyncIterator[str]:

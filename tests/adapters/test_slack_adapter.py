@@ -16,6 +16,7 @@ from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.slack.format import emoji_to_reaction, markdown_to_mrkdwn, reaction_to_emoji
 from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 
+from tests.adapters.test_slack import ALICE, BOB, CHANNEL, DM, MPIM, PRIVATE, emulator  # noqa: F401  (fixture)
 from tests.emulators.slack import (
     BOT_ID,
     BOT_TOKEN,
@@ -25,7 +26,6 @@ from tests.emulators.slack import (
     event_callback,
     slack_section,
 )
-from tests.test_slack import ALICE, BOB, CHANNEL, DM, MPIM, PRIVATE, emulator  # noqa: F401  (fixture)
 
 
 class Harness:

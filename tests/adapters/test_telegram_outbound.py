@@ -11,7 +11,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from botweave.adapters.telegram.adapter import TelegramAdapter
-from botweave.adapters.telegram.outbound import Outbound
+from botweave.adapters.telegram.pacing import Pacer
 from telegram.error import NetworkError, TelegramError, TimedOut
 
 from tests.emulators.telegram import (
@@ -231,7 +231,7 @@ async def test_actions_before_start_report_no_route():
 
 async def test_group_sends_are_paced_to_the_group_budget_while_dms_are_not(tg):
     emu, adapter = tg
-    adapter.outbound = Outbound(group_limit=(3, 0.6))  # Telegram's is 20 a minute; scaled down
+    adapter.outbound.pacer = Pacer(group_limit=(3, 0.6))  # Telegram's is 20 a minute; scaled down
     emu.group(-1001)
     started = time.monotonic()
     for n in range(5):
@@ -248,7 +248,7 @@ async def test_group_sends_are_paced_to_the_group_budget_while_dms_are_not(tg):
 
 async def test_the_global_budget_spans_all_chats(tg):
     emu, adapter = tg
-    adapter.outbound = Outbound(global_limit=(4, 0.4))
+    adapter.outbound.pacer = Pacer(global_limit=(4, 0.4))
     started = time.monotonic()
     results = await asyncio.gather(*(adapter.send(str(100 + n), "hi") for n in range(8)))
     assert all(r.ok for r in results)
@@ -284,7 +284,7 @@ def _raised_from(cause: Exception, error: TelegramError) -> TelegramError:
 async def test_only_provably_unsent_sends_are_retried():
     refused = _raised_from(httpx.ConnectError("connection refused"), NetworkError("httpx.ConnectError"))
     read_timeout = _raised_from(httpx.ReadTimeout("no answer"), TimedOut())
-    outbound = Outbound()
+    pacer = Pacer()
     attempts: list[str] = []
 
     async def flaky(error: TelegramError) -> str:
@@ -293,11 +293,11 @@ async def test_only_provably_unsent_sends_are_retried():
             raise error
         return "sent"
 
-    assert await outbound.call("1", lambda: flaky(refused), idempotent=False) == "sent"
+    assert await pacer.call("1", lambda: flaky(refused), idempotent=False) == "sent"
     assert len(attempts) == 2  # never reached Telegram: safe to send again
     attempts.clear()
     with pytest.raises(TimedOut):
-        await outbound.call("1", lambda: flaky(read_timeout), idempotent=False)
+        await pacer.call("1", lambda: flaky(read_timeout), idempotent=False)
     assert len(attempts) == 1  # Telegram may have it: a second send could duplicate
     attempts.clear()
-    assert await outbound.call("1", lambda: flaky(read_timeout), idempotent=True) == "sent"
+    assert await pacer.call("1", lambda: flaky(read_timeout), idempotent=True) == "sent"

@@ -1,0 +1,169 @@
+"""Outbound Web API calls: posts, room posts under an agent's name, edits, deletions, reactions.
+
+`chat.postMessage` uses its own client, which retries a connection error only when the
+connection was never made: a post that may have been delivered is never posted twice. Edits,
+deletions and reactions are idempotent and use the default client, which also retries dropped
+connections. Both wait out 429 `Retry-After` (a 429 means nothing was done).
+
+Rooms post each agent's turn under the agent's own name and icon (`username`, `icon_emoji` /
+`icon_url`), which Slack allows only with the `chat:write.customize` scope. Without it Slack
+refuses the post (`missing_scope`, needed `chat:write.customize`); the operator is told once,
+the agent's name goes in bold in front of the text for the rest of the process, and the
+refused turn is posted again that way (a refused post was not delivered).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
+from botweave.types import AgentIdentity
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ..cache import BoundedCache
+from .format import emoji_to_reaction, markdown_to_mrkdwn
+
+log = logging.getLogger(__name__)
+
+# Slack error codes -> MessageActionResult status. Anything not listed is "failed".
+_NO_ROUTE_ERRORS = frozenset({"channel_not_found", "message_not_found", "thread_not_found"})
+_ALREADY_DONE_ERRORS = frozenset({"already_reacted"})
+_UNSUPPORTED_ERRORS = frozenset({"method_not_supported_for_channel_type"})
+#: The scope that lets a bot token post with its own `username` and icon.
+CUSTOMIZE_SCOPE = "chat:write.customize"
+
+#: Told about every post of ours: (channel, ts, thread ts, the text as posted).
+PostedHook = Callable[[str, str, str | None, str], None]
+
+
+class SlackOutbound(Outbound):
+    def __init__(self, client: AsyncWebClient, post_client: AsyncWebClient, *, posted: PostedHook) -> None:
+        self._client = client
+        self._post_client = post_client
+        self._posted = posted
+        self._dm_channels: BoundedCache[str, str] = BoundedCache(1024)
+        #: Set once Slack refused a custom `username` for want of `chat:write.customize`: the
+        #: scope only changes on a reinstall, so asking again per post would only cost a refusal.
+        self.identities_refused = False
+
+    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str | None:
+        """Post one message; into `thread_id` when the conversation is a thread.
+
+        `reply_to` has no Slack equivalent outside threads (and with `reply_in_thread` the
+        inbound message already carries its own ts as `thread_id`), so it is not used.
+        """
+        return await self._post(chat_id, _mrkdwn(text), thread_id)
+
+    async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str | None:
+        """Post one room turn under the agent's own name and icon.
+
+        Slack shows `username` and `icon_emoji` (or `icon_url`) in place of the app's own, so
+        people in the channel see who spoke without a prefix in the text.
+        """
+        if self.identities_refused:
+            raise NoIdentity
+        try:
+            return await self._post(chat_id, _mrkdwn(text), thread_id, **_identity_params(identity))
+        except SlackApiError as exc:
+            if not _lacks_customize_scope(exc):
+                raise
+            # Slack answered with a refusal, so nothing was posted: posting the turn again with
+            # the name in the text cannot show it twice.
+            if not self.identities_refused:
+                self.identities_refused = True
+                log.warning(
+                    "slack: the app lacks the %s scope, so room agents cannot post under their own "
+                    "names; their names are shown in bold in the text instead. Add %s under OAuth & "
+                    "Permissions and reinstall the app to post as each agent.",
+                    CUSTOMIZE_SCOPE,
+                    CUSTOMIZE_SCOPE,
+                )
+            raise NoIdentity from exc
+
+    async def _post(self, chat_id: str, body: str, thread_id: str | None, **extra: str) -> str | None:
+        """One `chat.postMessage` of already converted mrkdwn."""
+        kwargs: dict[str, Any] = {"channel": chat_id, "text": body, **extra}
+        if thread_id:
+            kwargs["thread_ts"] = thread_id
+        response = await self._post_client.chat_postMessage(**kwargs)
+        ts = str(response.get("ts") or "")
+        self._posted(chat_id, ts, thread_id, body)
+        return ts or None
+
+    async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
+        body = markdown_to_mrkdwn(text)
+        await self._client.chat_update(channel=chat_id, ts=message_id, text=body)
+        self._posted(chat_id, message_id, thread_id, body)
+
+    async def delete(self, chat_id: str, message_id: str) -> None:
+        await self._client.chat_delete(channel=chat_id, ts=message_id)
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
+        await self._client.reactions_add(channel=chat_id, timestamp=message_id, name=emoji_to_reaction(emoji))
+
+    async def direct_chat(self, user_id: str) -> str:
+        """The DM channel with a user: `conversations.open`, once per user."""
+        cached = self._dm_channels.get(user_id)
+        if cached is not None:
+            return str(cached)
+        channel = ""
+        try:
+            response = await self._client.conversations_open(users=user_id)
+            channel = str((response.get("channel") or {}).get("id") or "")
+        except Exception as exc:
+            detail = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
+            log.warning("slack: conversations.open for %s failed: %s", user_id, detail)
+        if not channel:
+            raise ActionError("no_route", "cannot open a direct message")
+        self._dm_channels.put(user_id, channel)
+        return channel
+
+    def classify(self, exc: Exception, action: str) -> Outcome:
+        """Slack's error code as the status it means; any other failure of a post may have
+        happened after Slack posted it, so it is reported and never retried."""
+        if isinstance(exc, SlackApiError):
+            error = str(exc.response.get("error") or "error")
+            if error in _ALREADY_DONE_ERRORS:
+                return "ok", error
+            if error in _NO_ROUTE_ERRORS:
+                return "no_route", error
+            if error in _UNSUPPORTED_ERRORS:
+                return "unsupported", error
+            return "failed", error
+        log.warning("slack: %s failed: %s", action, type(exc).__name__)
+        if action == "send":
+            return "failed", f"{type(exc).__name__}; not resent (may have been delivered)"
+        return "failed", type(exc).__name__
+
+
+def _mrkdwn(text: str) -> str:
+    body = markdown_to_mrkdwn(text)
+    if not body.strip():
+        raise ActionError("failed", "empty message")
+    return body
+
+
+def _identity_params(identity: AgentIdentity) -> dict[str, str]:
+    """`chat.postMessage` authorship fields for an agent: its name and one icon.
+
+    Slack lets `icon_emoji` override `icon_url`, so only one is sent; an emoji configured as
+    a character or as `name` is given as the `:name:` Slack expects.
+    """
+    params = {"username": identity.name}
+    if identity.icon_emoji and identity.icon_emoji.strip():
+        params["icon_emoji"] = f":{emoji_to_reaction(identity.icon_emoji)}:"
+    elif identity.avatar_url:
+        params["icon_url"] = identity.avatar_url
+    return params
+
+
+def _lacks_customize_scope(exc: SlackApiError) -> bool:
+    """Slack's refusal of a custom username: `missing_scope` naming `chat:write.customize`."""
+    response = exc.response
+    if response.get("error") != "missing_scope":
+        return False
+    needed = str(response.get("needed") or "")
+    return CUSTOMIZE_SCOPE in {scope.strip() for scope in needed.split(",")}

@@ -1,0 +1,340 @@
+"""One driver per platform, so a single test can run against every adapter.
+
+A driver starts the platform's emulator and its adapter through the real SDK (the console reads
+a pipe and prints to a buffer) and answers, in the same words for every platform, what a person
+would see there: which text a message shows, who said it, what reached them privately. It also
+plays the platform's side: a person saying something, or the bot's own post coming back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import re
+from typing import Any, ClassVar
+
+from botweave.adapter import Adapter
+from botweave.adapters.console.adapter import ConsoleAdapter
+from botweave.adapters.console.outbound import ConsoleOutbound
+from botweave.adapters.discord.adapter import DiscordAdapter
+from botweave.adapters.discord.config import DiscordConfig
+from botweave.adapters.slack.adapter import SlackAdapter
+from botweave.adapters.slack.config import SlackConfig
+from botweave.adapters.slack.format import reaction_to_emoji
+from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.types import BotMessage, PlatformEvent
+
+from tests.emulators import discord as discord_emulator
+from tests.emulators import slack as slack_emulator
+from tests.emulators.discord import DiscordEmulator
+from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
+from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
+
+Item = BotMessage | PlatformEvent
+
+
+class PlatformDriver:
+    """What every platform's driver answers; see the module docstring."""
+
+    name: ClassVar[str]
+    #: The adapter itself drops the bot's own posts; otherwise it hands them on as the bot's
+    #: (the runtime then drops them by `is_self`).
+    drops_own_posts: ClassVar[bool]
+    #: A well-formed message id that names no message.
+    unknown_id: ClassVar[str]
+
+    adapter: Adapter
+    chat: str  # a chat where people talk and the bot may post
+    person: str  # a person's user id
+
+    def __init__(self) -> None:
+        self.received: list[Item] = []
+
+    async def _sink(self, item: Item) -> None:
+        self.received.append(item)
+
+    async def start(self) -> None:
+        self.adapter = self.make_adapter()
+        self.adapter.bind(self._sink)
+        await self.adapter.start()
+
+    async def stop(self) -> None:
+        await self.adapter.stop()
+
+    def make_adapter(self) -> Adapter:
+        """A new adapter for this emulator, not started."""
+        raise NotImplementedError
+
+    def text_of(self, message_id: str) -> str | None:
+        """The text the message shows now in `chat`; None when it is gone."""
+        raise NotImplementedError
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        """The bot's reactions the message shows, as emoji."""
+        raise NotImplementedError
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        """Who a person reads as the author of the bot's message, and its words."""
+        raise NotImplementedError
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        """The texts that reached the user privately."""
+        raise NotImplementedError
+
+    def sent_so_far(self) -> object:
+        """Everything the bot has asked of the platform so far (log-ins and reads aside):
+        unchanged means nothing was sent."""
+        raise NotImplementedError
+
+    async def person_says(self, text: str) -> BotMessage:
+        """A person posts `text` in `chat`; what the adapter handed on for it."""
+        raise NotImplementedError
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        """A post by the bot's own user arrives inbound; what the adapter handed on for it."""
+        raise NotImplementedError
+
+    async def _next_message(self, before: int) -> BotMessage:
+        await wait_until(lambda: len(self.received) > before, what="the adapter to hand on a message")
+        item = self.received[before]
+        assert isinstance(item, BotMessage)
+        return item
+
+
+def _named(text: str, pattern: str) -> tuple[str, str] | None:
+    """(name, words) of a text with the name in front, or None."""
+    match = re.match(pattern, text, re.DOTALL)
+    return (match.group(1), match.group(2)) if match else None
+
+
+class TelegramDriver(PlatformDriver):
+    name = "telegram"
+    drops_own_posts = False  # Telegram never shows a bot its own posts; if one came, it is marked
+    unknown_id = "999"
+    ANN = TelegramEmulator.user(1, "Ann", "ann")
+
+    async def start(self) -> None:
+        self.emu = await TelegramEmulator().start()
+        self.dm = self.emu.private_chat(self.ANN)
+        self.chat = self.person = str(self.ANN["id"])
+        await super().start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return TelegramAdapter(adapter_config(self.emu))
+
+    def _message(self, message_id: str) -> dict[str, Any] | None:
+        return self.emu.current(int(self.chat), int(message_id))
+
+    def text_of(self, message_id: str) -> str | None:
+        message = self._message(message_id)
+        return message["text"] if message else None
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return [r["emoji"] for r in self.emu.reactions.get((int(self.chat), int(message_id)), [])]
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        message = self._message(message_id)
+        assert message is not None
+        return speaker_of_telegram_post(message)
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        return self.emu.sent_texts(int(user_id))
+
+    def sent_so_far(self) -> object:
+        return [c.method for c in self.emu.calls if c.method not in ("getMe", "getUpdates", "deleteWebhook")]
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        self.emu.push_message(self.dm, self.ANN, text)
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        before = len(self.received)
+        self.emu.push_message(self.dm, self.emu.bot, text)
+        return [await self._next_message(before)]
+
+
+def speaker_of_telegram_post(message: dict[str, Any]) -> tuple[str, str]:
+    """Telegram cannot change a post's author: the agent's name is a bold `Name:` in front
+    (the whole bold entity, nothing more), else the post is the bot's own."""
+    text = message["text"]
+    bold = [e for e in message.get("entities", []) if e["type"] == "bold" and e["offset"] == 0]
+    if not bold:
+        return message["from"]["username"], text
+    name = text.encode("utf-16-le")[: 2 * bold[0]["length"]].decode("utf-16-le")
+    assert name.endswith(":") and text.startswith(name + " "), text
+    return name[:-1], text[len(name) + 1 :]
+
+
+class DiscordDriver(PlatformDriver):
+    name = "discord"
+    drops_own_posts = True
+    unknown_id = "123"
+
+    async def start(self) -> None:
+        self.emu = await DiscordEmulator().start()
+        self.chat, self.person = discord_emulator.CHANNEL_ID, discord_emulator.ALICE_ID
+        await super().start()
+        await self.emu.wait_ready()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return DiscordAdapter(
+            DiscordConfig(token=discord_emulator.TOKEN, api_base_url=self.emu.api_base, gateway_url=self.emu.gateway_url)
+        )
+
+    def text_of(self, message_id: str) -> str | None:
+        message = self.emu.messages.get(message_id)
+        return message["content"] if message else None
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return list(self.emu.messages[message_id].get("bot_reactions", []))
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        message = self.emu.messages[message_id]
+        if message.get("webhook_id"):
+            return message["author"]["username"], message["content"]
+        return _named(message["content"], r"\*\*(.+?):\*\* (.*)") or (message["author"]["username"], message["content"])
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        assert user_id == discord_emulator.ALICE_ID  # the emulator's one DM channel is hers
+        return [m["content"] for m in self.emu.bot_messages(discord_emulator.DM_CHANNEL_ID)]
+
+    def sent_so_far(self) -> object:
+        return [(r.method, r.path) for r in self.emu.requests if r.method != "GET"]
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        await self.emu.dispatch("MESSAGE_CREATE", self.emu.message(text, channel_id=self.chat))
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        own = self.emu.message(text, channel_id=self.chat, author=self.emu.bot)
+        await self.emu.dispatch("MESSAGE_CREATE", own)
+        await self.person_says("a barrier: everything dispatched before it has been read")
+        return [i for i in self.received if isinstance(i, BotMessage) and i.message_id == own["id"]]
+
+
+class SlackDriver(PlatformDriver):
+    name = "slack"
+    drops_own_posts = True
+    unknown_id = "1600000000.000001"
+
+    async def start(self) -> None:
+        self.emu = IdentitySlackEmulator()
+        await self.emu.start()
+        self.chat, self.person = "C0GENERAL", "U0ALICE"
+        self.emu.add_user(self.person, "Alice")
+        self.emu.add_channel(self.chat, "channel")
+        await super().start()
+        self.delivery = EventDelivery(self.emu, self.adapter, "socket")
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return SlackAdapter(SlackConfig(**slack_section(self.emu, "socket")))
+
+    def _message(self, message_id: str) -> dict[str, Any] | None:
+        return self.emu.find(self.chat, message_id)
+
+    def text_of(self, message_id: str) -> str | None:
+        message = self._message(message_id)
+        return message["text"] if message else None
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        message = self._message(message_id) or {}
+        return [reaction_to_emoji(name) for name in message.get("reactions", {})]
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        message = self._message(message_id)
+        assert message is not None
+        if message.get("username"):
+            return message["username"], message["text"]
+        return _named(message["text"], r"\*(.+?):\* (.*)") or (slack_emulator.BOT_NAME, message["text"])
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        return [m["text"] for m in self.emu.messages.get("D" + user_id.removeprefix("U"), [])]
+
+    def sent_so_far(self) -> object:
+        return [c.method for c in self.emu.calls if c.method.startswith(("chat.", "reactions."))]
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        await self.delivery.deliver_all(event_callback(self.emu.post_as_user(self.chat, self.person, text)))
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        before = len(self.received)
+        own = self.emu.post_as_user(self.chat, slack_emulator.BOT_USER_ID, text, bot_id=slack_emulator.BOT_ID)
+        await self.delivery.deliver_all(event_callback(own))  # returns once the adapter read it
+        return self.received[before:]
+
+
+class ConsoleDriver(PlatformDriver):
+    name = "console"
+    drops_own_posts = True
+    unknown_id = "out-999"
+
+    async def start(self) -> None:
+        self.chat, self.person = "console", "local"
+        read_end, write_end = os.pipe()
+        self._stdin = os.fdopen(read_end, "r")
+        self._typing = os.fdopen(write_end, "w")
+        self.stdout = io.StringIO()
+        await super().start()
+
+    async def stop(self) -> None:
+        self._typing.close()  # end of input: the reading thread ends
+        await super().stop()
+        await asyncio.to_thread(self._stdin.close)
+
+    def make_adapter(self) -> Adapter:
+        return ConsoleAdapter(stdin=self._stdin, stdout=self.stdout)
+
+    @property
+    def _shown(self) -> dict[str, str]:
+        assert isinstance(self.adapter.outbound, ConsoleOutbound)
+        return self.adapter.outbound.messages
+
+    def text_of(self, message_id: str) -> str | None:
+        text = self._shown.get(message_id)
+        if text is not None:
+            assert self.stdout.getvalue().rstrip("\n").endswith(text.splitlines()[-1])
+        return text
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return []
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        text = self._shown[message_id]
+        return _named(text, r"\[(.+?)\] (.*)") or ("botweave", text)
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        return list(self._shown.values())  # the console is one person's DM
+
+    def sent_so_far(self) -> object:
+        return self.stdout.getvalue()
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        self._typing.write(text + "\n")
+        self._typing.flush()
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        return []  # the console never reads what it printed
+
+
+DRIVERS: dict[str, type[PlatformDriver]] = {
+    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver)
+}
