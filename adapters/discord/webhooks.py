@@ -138,7 +138,7 @@ class DiscordWebhooks:
             ]
             existing.sort(key=lambda h: h.get("name") != WEBHOOK_NAME)  # ours by name first
             data = existing[0] if existing else await http.create_webhook(channel_id, name=WEBHOOK_NAME)
-            webhook = discord.Webhook.from_state(data, self._client._connection)  # type: ignore[arg-type]
+            webhook = discord.Webhook.from_state(data, self._client._connection)
             self._webhooks.put(channel_id, webhook)
             self._owner.put(webhook.id, True)
             return webhook

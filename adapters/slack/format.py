@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 
 import emoji as emoji_lib
-from markdown_to_mrkdwn import SlackMarkdownConverter  # type: ignore[import-untyped]
+from markdown_to_mrkdwn import SlackMarkdownConverter
 
 # `<@U123>`, `<@U123|name>`, `<#C123|general>`, `<!here>`, `<!subteam^S1|@team>`, `<url|label>`
 _TOKEN = re.compile(r"<([^<>]+)>")

@@ -50,7 +50,7 @@ class TolerantBot(ExtBot[None]):
         bot that lost a 409 conflict does not knock the other instance's poll over once more."""
         self._halted = True
 
-    async def get_updates(  # type: ignore[override]
+    async def get_updates(
         self,
         offset: int | None = None,
         limit: int | None = None,
