@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from botweave.config import PlatformConfig
 from botweave.replies import chunk_text, measure
+from botweave.tasks import register_secret
 from botweave.types import (
     ActionStatus,
     AgentIdentity,
@@ -140,6 +141,7 @@ class Adapter(ABC):
         text = value.get_secret_value().strip() if value is not None else ""
         if not text:
             raise ValueError(f"platforms.{self.platform}.{field} is not set")
+        register_secret(text)  # masked in every failure line from now on
         return str(text)
 
     def home_chat(self) -> str | None:

@@ -27,6 +27,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 from botweave.rooms.config import RoomConfig, cron_trigger
 from botweave.store import Store
+from botweave.tasks import TaskOwner
 
 __all__ = ["Fire", "OnMissed", "RoomScheduler", "ScheduleInfo"]
 
@@ -100,7 +101,7 @@ class RoomScheduler:
         }
         self._locks = {name: asyncio.Lock() for name in self._triggers}
         self._scheduler: AsyncIOScheduler | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskOwner("room schedule")
 
     @staticmethod
     def last_key(room: str) -> str:
@@ -203,14 +204,11 @@ class RoomScheduler:
                 self._spawn(self._run(name, room.target or "", room.kickoff or "", due[-1]))
 
     def _spawn(self, job: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(job)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(job, name="kickoff")
 
     async def idle(self) -> None:
         """Wait until every kickoff and miss record started so far has finished."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
     async def _record_missed(self, name: str, missed: Sequence[datetime], now: datetime) -> None:
         log.warning(

@@ -45,6 +45,7 @@ from botweave.runtime.turns import AgentTurn
 from botweave.store import Store, open_store
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
+from botweave.tasks import TaskOwner
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class App:
         self.role = role
         self.stream: InboundStream | None = None
         self._stopping = asyncio.Event()
-        self._background: list[asyncio.Task[Any]] = []
+        self._background = TaskOwner("app")
         self.store = store or open_store(config.store.url, config.store.prefix)
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
@@ -73,7 +74,7 @@ class App:
         self.failed_platforms: dict[str, str] = {}
         self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner("turn")
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
         self.targets = Targets(self.adapters)
@@ -160,18 +161,18 @@ class App:
                 # litellm takes seconds to import; doing it now, off the loop, keeps the first
                 # turn from stalling the lock and stream heartbeats.
                 await asyncio.to_thread(litellm_module)
-                self._background.append(asyncio.create_task(self.stream.run(self._from_stream, self._stopping)))
+                self._background.spawn(self.stream.run(self._from_stream, self._stopping), name="inbound stream")
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
                         leader = PlatformLeader(
                             name, partial(self._inbound_adapter, name, sections[name]), shared, self.config.store.lock_ttl_seconds
                         )
-                        self._background.append(asyncio.create_task(leader.run(self._stopping)))
+                        self._background.spawn(leader.run(self._stopping), name=f"{name} leader")
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
         if self.push.directory:
-            self._background.append(asyncio.create_task(self._flush_digests()))
+            self._background.spawn(self._flush_digests(), name="notification digests")
         self._started_at = time.monotonic()
 
     async def _start_platform(self, name: str, section: PlatformConfig | None, *, inbound: bool) -> str | None:
@@ -219,16 +220,8 @@ class App:
         self._stopping.set()
         if self.rooms is not None:
             await self.rooms.stop()
-        if self._background:
-            _, pending = await asyncio.wait(self._background, timeout=timeout)
-            for task in pending:
-                task.cancel()
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
+        await self._background.close(timeout, grace=1.0)
+        await self._tasks.close(timeout, grace=1.0)
         for name, adapter in self.adapters.items():
             try:
                 await adapter.stop()
@@ -238,8 +231,7 @@ class App:
 
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*set(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
     @property
     def uptime(self) -> float:
@@ -253,14 +245,7 @@ class App:
         if self.stream is not None:
             await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
-        task = asyncio.create_task(self.handle(item))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("turn crashed", exc_info=task.exception())
+        self._tasks.spawn(self.handle(item), name=f"{item.platform} {type(item).__name__}")
 
     async def handle(self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False) -> TurnOutcome:
         """Run the pipeline for one item. `deduplicated` items (from the shared stream) were

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from botweave.runtime.app import Role
+from botweave.tasks import spawn
 from botweave.version import __version__
 
 log = logging.getLogger("botweave")
@@ -109,9 +110,9 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -
         await app.stop()
         return 1
     console = app.adapters.get("console")
-    waiters = [asyncio.create_task(stop.wait())]
+    waiters = [spawn(stop.wait(), name="wait for a signal")]
     if console is not None and len(app.adapters) == 1:
-        waiters.append(asyncio.create_task(console.finished.wait()))  # type: ignore[attr-defined]
+        waiters.append(spawn(console.finished.wait(), name="wait for end of input"))  # type: ignore[attr-defined]
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     for waiter in waiters:
         waiter.cancel()

@@ -27,6 +27,7 @@ from typing import Any
 from botweave.router import conversation_key
 from botweave.runtime.locks import Lease
 from botweave.store.redis import RedisStore
+from botweave.tasks import TaskOwner, spawn
 from botweave.types import BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class InboundStream:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._concurrency = concurrency
         self._in_flight: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskOwner("inbound stream")
+        self._helpers = TaskOwner("inbound stream")
         self._publish = self.redis.register_script(_PUBLISH)
 
     async def ensure_group(self) -> None:
@@ -140,7 +142,8 @@ class InboundStream:
     async def run(self, handler: Handler, stop: asyncio.Event) -> None:
         """Consume until `stop` is set; in-flight entries finish (or stay pending for others)."""
         await self.ensure_group()
-        helpers = [asyncio.create_task(self._keep_claims(stop)), asyncio.create_task(self._reclaim(handler, stop))]
+        self._helpers.spawn(self._keep_claims(stop), name="keep claims")
+        self._helpers.spawn(self._reclaim(handler, stop), name="reclaim")
         try:
             while not stop.is_set():
                 free = self._concurrency - len(self._in_flight)
@@ -150,15 +153,12 @@ class InboundStream:
                 for entry_id, fields in await self._read(free):
                     self._start(entry_id, fields, handler)
         finally:
-            await asyncio.wait(helpers, timeout=self.lease)
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=5)
+            await self._helpers.close(timeout=self.lease)
+            await self._tasks.wait(timeout=5)
 
     def _start(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
         self._in_flight.add(entry_id)
-        task = asyncio.create_task(self._process(entry_id, fields, handler))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._process(entry_id, fields, handler), name=f"entry {entry_id}")
 
     async def _read(self, count: int) -> list[tuple[str, dict[str, str]]]:
         from redis.exceptions import RedisError, ResponseError
@@ -297,7 +297,8 @@ class PlatformLeader:
             try:
                 await adapter.start(inbound=True)
                 log.info("%s: this process now holds the platform connection", self.platform)
-                stopped, lost = asyncio.create_task(stop.wait()), asyncio.create_task(lease.lost.wait())
+                stopped = spawn(stop.wait(), name=f"{self.platform} leader: wait for stop")
+                lost = spawn(lease.lost.wait(), name=f"{self.platform} leader: wait for a lost lease")
                 await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
                 stopped.cancel()
                 lost.cancel()

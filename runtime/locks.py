@@ -14,6 +14,8 @@ import logging
 import uuid
 from typing import Any
 
+from botweave.tasks import spawn
+
 log = logging.getLogger(__name__)
 
 _RENEW = """
@@ -43,7 +45,7 @@ class Lease:
     async def try_acquire(self) -> bool:
         taken = bool(await self._redis.set(self.key, self.token, px=int(self.ttl * 1000), nx=True))
         if taken:
-            self._heartbeat = asyncio.create_task(self._beat())
+            self._heartbeat = spawn(self._beat(), name=f"renew lock {self.key}")
         return taken
 
     async def acquire(self, poll: float = 0.05, timeout: float | None = None) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from botweave.agents import Agent, AgentError, History
 from botweave.delivery import Delivered, ReplyChannel
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
+from botweave.tasks import spawn
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class AgentTurn:
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
         entry = user_entry(msg)
-        typing = asyncio.create_task(keep_typing(reply))
+        typing = spawn(keep_typing(reply), name="typing indicator")
         try:
             if reply.can_stream():
                 delivered = await reply.stream_text(

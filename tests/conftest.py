@@ -1,4 +1,5 @@
 import asyncio
+import gc
 import os
 import shutil
 import socket
@@ -11,6 +12,49 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+#: What reached asyncio's default exception handler or aiohttp's unhandled-exception log while
+#: the current test ran; `unhandled_exception_guard` fails the test if anything did.
+_unhandled: list[str] = []
+
+
+def _record_unhandled() -> None:
+    """Wrap asyncio's default handler and aiohttp's `log_exception` (its path for a request
+    handler that raised: a 500 and a traceback) so every hit is recorded, then reported as usual."""
+    from aiohttp.web_protocol import RequestHandler
+
+    default_handler = asyncio.BaseEventLoop.default_exception_handler
+    log_exception = RequestHandler.log_exception
+
+    def recording_default_handler(self: asyncio.BaseEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if exc is not None:
+            _unhandled.append(f"asyncio default handler: {context.get('message')}: {exc!r}")
+        default_handler(self, context)
+
+    def recording_log_exception(self: RequestHandler, *args: Any, **kwargs: Any) -> None:
+        _unhandled.append(f"aiohttp unhandled exception: {args[0] if args else ''} {kwargs.get('exc_info')!r}")
+        log_exception(self, *args, **kwargs)
+
+    asyncio.BaseEventLoop.default_exception_handler = recording_default_handler  # type: ignore[method-assign]
+    RequestHandler.log_exception = recording_log_exception  # type: ignore[method-assign]
+
+
+_record_unhandled()
+
+
+@pytest.fixture(autouse=True)
+def unhandled_exception_guard() -> Iterator[None]:
+    """No exception may reach asyncio's default handler ("Task exception was never
+    retrieved", a failing callback) or aiohttp's unhandled-exception path, in any test: every
+    task has an owner that retrieves its outcome, every request handler answers. Collected
+    garbage is checked too, since that is when an unretrieved task exception is reported."""
+    _unhandled.clear()
+    yield
+    gc.collect()
+    found, _unhandled[:] = list(_unhandled), []
+    if found:
+        pytest.fail("exceptions reached a default handler:\n" + "\n".join(found), pytrace=False)
 
 
 def free_port() -> int:

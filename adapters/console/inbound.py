@@ -13,6 +13,7 @@ import threading
 from typing import TextIO
 
 from botweave.adapter import Adapter
+from botweave.tasks import TaskOwner
 from botweave.types import BotChannel, BotMessage, BotUser
 
 CHAT_ID = "console"
@@ -25,18 +26,18 @@ class ConsoleInbound:
         self._ids = itertools.count(1)
         self._user = BotUser("local", "local", user_name)
         self._channel = BotChannel(CHAT_ID, "dm", "console")
-        self._reader: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner("console")
         self.finished = asyncio.Event()  # set at end of input
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         threading.Thread(target=self._read_blocking, args=(loop, lines), daemon=True).start()
-        self._reader = asyncio.create_task(self._dispatch_lines(lines))
+        self._tasks.spawn(self._dispatch_lines(lines), name="read lines")
 
     def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in self._tasks:
+            task.cancel()
 
     def _read_blocking(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
         try:

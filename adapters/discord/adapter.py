@@ -18,6 +18,7 @@ from typing import Any
 import discord
 import yarl
 from botweave.adapter import Adapter, PlatformRejected
+from botweave.tasks import TaskOwner
 from botweave.types import BotUser, PlatformCapabilities
 
 from ..cache import BoundedCache
@@ -83,6 +84,7 @@ class DiscordAdapter(Adapter):
         #: Set at every gateway READY, so start() can wait for the first one.
         self._connected = asyncio.Event()
         self._connect_task: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner("discord")
         self._started = False
 
         async def on_connect() -> None:
@@ -117,9 +119,8 @@ class DiscordAdapter(Adapter):
             self._started = True
             return
         await self._discover_gateway()
-        self._connect_task = asyncio.create_task(self._run_gateway(), name="discord-gateway")
-        self._connect_task.add_done_callback(self._gateway_ended)
-        waiter = asyncio.create_task(self._connected.wait())
+        self._connect_task = self._tasks.spawn(self._run_gateway(), name="gateway", on_failure=self._gateway_ended)
+        waiter = self._tasks.spawn(self._connected.wait(), name="wait for READY")
         done, _ = await asyncio.wait(
             {waiter, self._connect_task}, timeout=CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
         )
@@ -148,12 +149,10 @@ class DiscordAdapter(Adapter):
             raise self._login_failed(f"{http.botweave_api_base} did not name a gateway (GET /gateway/bot)") from exc
         http.botweave_gateway = yarl.URL(url)
 
-    def _gateway_ended(self, task: asyncio.Task[None]) -> None:
-        """A refusal after start() returned has nobody to raise to: log its one line here."""
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None and self._started:
+    def _gateway_ended(self, error: BaseException) -> None:
+        """A refusal after start() returned has nobody to raise to: log its one line here
+        (before, start() raises it)."""
+        if self._started:
             log.error("%s", error)
 
     async def _run_gateway(self) -> None:
@@ -188,3 +187,5 @@ class DiscordAdapter(Adapter):
                 await asyncio.wait_for(task, timeout=10)
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already reported
                 pass
+        await self.webhooks.close()
+        await self._tasks.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import discord
 from botweave.adapter import Adapter
+from botweave.tasks import TaskOwner
 from botweave.types import AgentIdentity
 from discord.webhook.async_ import async_context
 
@@ -40,9 +41,14 @@ class DiscordWebhooks:
         self._locks: dict[int, asyncio.Lock] = {}
         self._refused: BoundedCache[int, bool] = BoundedCache(4096)  # channels where we may not have one
         self._owner: BoundedCache[int, bool] = BoundedCache(4096)  # webhook id -> ours?
-        self._lookups: dict[int, asyncio.Future[bool]] = {}
+        self._lookups: dict[int, asyncio.Task[bool]] = {}
+        self._tasks = TaskOwner("discord: webhooks")
         # Webhook calls do not use the client's HTTPClient, so they are rebased on their own.
         self._rest = RebasedWebhookAdapter(api_base.rstrip("/")) if api_base else None
+
+    async def close(self) -> None:
+        """Stop webhook look-ups still running (the client they ask is closing)."""
+        await self._tasks.close()
 
     # --- which messages are ours -------------------------------------------------------------
 
@@ -76,7 +82,7 @@ class DiscordWebhooks:
         # discord.py handles each message in its own task: a burst from one webhook shares a lookup
         lookup = self._lookups.get(webhook_id)
         if lookup is None:
-            lookup = asyncio.ensure_future(self._look_up(webhook_id))
+            lookup = self._tasks.spawn(self._look_up(webhook_id), name=f"look up webhook {webhook_id}")
             self._lookups[webhook_id] = lookup
             lookup.add_done_callback(lambda _: self._lookups.pop(webhook_id, None))
         return await asyncio.shield(lookup)
@@ -88,7 +94,7 @@ class DiscordWebhooks:
         except (discord.Forbidden, discord.NotFound):
             self._owner.put(webhook_id, False)
             return False
-        except (discord.HTTPException, OSError, asyncio.TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - network trouble or an odd answer: not cached, asked again
             log.info("discord: could not look up webhook %s (%s); treating it as foreign", webhook_id, exc)
             return False
         ours = self._owns(data)
@@ -97,11 +103,14 @@ class DiscordWebhooks:
 
     def _owns(self, data: Any) -> bool:
         """A webhook payload created by our application (or by our bot user)."""
+        if not isinstance(data, dict):
+            return False
         app = data.get("application_id")
         own_app = self._client.application_id
         if app is not None and own_app is not None and str(app) == str(own_app):
             return True
-        return self._adapter.is_self((data.get("user") or {}).get("id"))
+        user = data.get("user")
+        return isinstance(user, dict) and self._adapter.is_self(user.get("id"))
 
     # --- posting through them ----------------------------------------------------------------
 

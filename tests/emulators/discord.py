@@ -283,6 +283,16 @@ class Interaction:
         return self.callbacks[0].delay if self.callbacks else None
 
 
+@web.middleware
+async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A client that went away mid-request (an adapter stopping, a process killed by a test)
+    is not a server error: answer it quietly, as the real API's front end drops the request."""
+    try:
+        return await handler(request)
+    except ConnectionResetError:
+        return web.Response(status=499, text="client closed the request")
+
+
 @dataclass
 class DiscordEmulator:
     token: str = TOKEN
@@ -672,7 +682,7 @@ class DiscordEmulator:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> DiscordEmulator:
-        app = web.Application(middlewares=[self._middleware], client_max_size=4 * self.upload_limit)
+        app = web.Application(middlewares=[_client_gone, self._middleware], client_max_size=4 * self.upload_limit)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/attachments/{tail:.+}", self._cdn)
         api = "/api/v10"

@@ -302,6 +302,16 @@ class CallbackAnswer:
         return None if self.delivered is None else self.at - self.delivered
 
 
+@web.middleware
+async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A client that went away mid-request (an adapter stopping, a process killed by a test)
+    is not a server error: answer it quietly, as the real API's front end drops the request."""
+    try:
+        return await handler(request)
+    except ConnectionResetError:
+        return web.Response(status=499, text="client closed the request")
+
+
 class TelegramEmulator:
     """See the module docstring. Start with `await emu.start()`; stop with `await emu.stop()`."""
 
@@ -361,7 +371,7 @@ class TelegramEmulator:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> TelegramEmulator:
-        app = web.Application(client_max_size=MAX_BODY)
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_client_gone])
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
@@ -422,7 +432,10 @@ class TelegramEmulator:
         return data
 
     def _chat(self, chat_id: int | str) -> Chat:
-        key = int(chat_id)
+        try:
+            key = int(chat_id)
+        except (TypeError, ValueError):  # Telegram's answer for an id that names no chat
+            raise ApiError(400, "Bad Request: chat not found") from None
         if key not in self.chats:  # a chat the tests never introduced: guess like Telegram ids do
             if key > 0:
                 self.chats[key] = Chat({"id": key, "type": "private", "first_name": "User"})
