@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import yaml
@@ -23,8 +24,10 @@ def _masked(value: Any, key: str = "") -> Any:
         return {k: _masked(v, k) for k, v in value}
     if isinstance(value, dict):
         return {k: _masked(v, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [_masked(v) for v in value]
+    if isinstance(value, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+        return str(value)  # trusted_proxies
     return value
 
 

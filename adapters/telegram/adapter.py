@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter, PlatformRejected
+from botweave.ingress import IngressGuard
+from botweave.tasks import TaskOwner
 from botweave.types import BotUser, PlatformCapabilities
 from telegram import Update
 from telegram.error import Conflict, InvalidToken, TelegramError
@@ -120,8 +122,10 @@ class TelegramAdapter(Adapter):
         self.failure: str | None = None
         self._application: Application | None = None
         self._conflicts = 0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner("telegram")
         self._webhook: WebhookServer | None = None
+        #: Client attribution and the limit on failed secret checks (webhook mode).
+        self.ingress = IngressGuard("telegram: webhook", settings.trusted_proxies)
         self._redactor: _TokenRedactor | None = None
 
     def __repr__(self) -> str:
@@ -228,6 +232,7 @@ class TelegramAdapter(Adapter):
             port=self.config.webhook_port,
             path=self.config.webhook_path,
             secret=secret or None,
+            guard=self.ingress,
             handle_timeout=HANDOVER_TIMEOUT_S,
         )
         await server.start()
@@ -244,15 +249,15 @@ class TelegramAdapter(Adapter):
         webhook, self._webhook = self._webhook, None
         if webhook is not None:  # first, so requests in flight still find the application
             await webhook.stop()
-        if self._tasks:  # e.g. a conflict shutting polling down: let it finish, briefly
-            _, pending = await asyncio.wait(set(self._tasks), timeout=5.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._tasks.close(timeout=5.0)  # e.g. a conflict shutting polling down: let it finish, briefly
         application, self._application = self._application, None
         if application is not None:
             try:
                 if application.updater is not None and application.updater.running:
+                    if isinstance(application.bot, TolerantBot):
+                        application.bot.stopping()
+                        for _ in range(5):  # a poll that failed just now is seen by PTB's loop first
+                            await asyncio.sleep(0)
                     await application.updater.stop()
                 if application.running:
                     await application.stop()
@@ -283,7 +288,7 @@ class TelegramAdapter(Adapter):
             except TelegramError as exc:
                 log.debug("telegram: answerCallbackQuery failed: %s", exc)
 
-        self._background(answer())
+        self._tasks.spawn(answer(), name="answerCallbackQuery")
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         update_id = update.update_id if isinstance(update, Update) else "?"
@@ -307,7 +312,7 @@ class TelegramAdapter(Adapter):
             f"token ({exc.message}). Stop the other instance or delete its webhook; polling stopped."
         )
         log.error("telegram: %s", self.failure)
-        self._background(self._stop_polling())
+        self._tasks.spawn(self._stop_polling(), name="stop polling")
 
     async def _stop_polling(self) -> None:
         application = self._application
@@ -318,11 +323,6 @@ class TelegramAdapter(Adapter):
             bot.halt_polling()
         if application.updater is not None and application.updater.running:
             await application.updater.stop()
-
-    def _background(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- files ---------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """The python-telegram-bot pieces we tune: the bot's update parsing and the update processor.
 
-- `TolerantBot` keeps one malformed update from stalling polling. Stock PTB parses a
-  `getUpdates` batch in one go; if any update fails to parse, the whole batch is dropped
-  without advancing the offset, so the same batch is fetched (and fails) forever. Here the
-  batch is re-read and parsed update by update; an unparsable one is replaced by an empty
+- `TolerantBot` keeps one malformed update from stalling polling. Every polled update is
+  sanitised before PTB parses it (`schema.sanitise_update`: wrong-typed fields are absent,
+  strings safe for the model call), as webhook updates are. Stock PTB parses a `getUpdates`
+  batch in one go; if any update still fails to parse, the whole batch is dropped without
+  advancing the offset, so the same batch is fetched (and fails) forever. Here the batch is
+  then re-read and parsed update by update; an unparsable one is replaced by an empty
   `Update` with its id, which the handlers ignore but which still advances the offset.
 - `PerChatUpdateProcessor` handles updates of different chats concurrently (PTB's default
   handles one at a time) while keeping each chat's updates in arrival order.
@@ -17,12 +19,33 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from botweave.payload import Dropped
 from telegram import Update
 from telegram.error import TelegramError
 from telegram.ext import BaseUpdateProcessor, ExtBot
 from telegram.warnings import PTBUserWarning
 
+from .schema import sanitise_update
+
 log = logging.getLogger(__name__)
+
+
+def sanitised_batch(raw: Any) -> Any:
+    """A `getUpdates` result with each update sanitised; one line per update that lost fields.
+    An update without a usable id cannot be acknowledged or read, so it is left out."""
+    if not isinstance(raw, list):
+        return raw
+    batch = []
+    for data in raw:
+        dropped = Dropped()
+        cleaned = sanitise_update(data, dropped)
+        if cleaned is None:
+            log.error("telegram: skipped a polled update without a usable update_id")
+            continue
+        if dropped:
+            log.warning("telegram: update %s: ignored malformed field(s) %s", cleaned["update_id"], ", ".join(dropped[:8]))
+        batch.append(cleaned)
+    return batch
 
 
 class TolerantBot(ExtBot[None]):
@@ -43,12 +66,23 @@ class TolerantBot(ExtBot[None]):
         #: update fetched so far, so it waits until they were handed to the runtime.
         self._before_poll = before_poll
         self._halted = False
+        self._stopping = False
         super().__init__(*args, **kwargs)
 
     def halt_polling(self) -> None:
         """Stop calling getUpdates at all (even PTB's final "confirm" call on shutdown), so a
         bot that lost a 409 conflict does not knock the other instance's poll over once more."""
         self._halted = True
+
+    def stopping(self) -> None:
+        """Polling is being stopped: a poll failing from now on (Telegram out of reach at
+        shutdown) returns nothing instead of raising. Raised then, PTB's retry loop may see
+        its stop signal in the same instant and leave the failure unretrieved in a task."""
+        self._stopping = True
+
+    async def _do_post(self, endpoint: str, data: Any, **kwargs: Any) -> Any:
+        result = await super()._do_post(endpoint, data, **kwargs)
+        return sanitised_batch(result) if endpoint == "getUpdates" else result
 
     async def get_updates(
         self,
@@ -66,7 +100,10 @@ class TolerantBot(ExtBot[None]):
             updates = await super().get_updates(
                 offset=offset, limit=limit, timeout=timeout, allowed_updates=allowed_updates, **kwargs
             )
-        except TelegramError:
+        except TelegramError as exc:
+            if self._stopping or self._halted:
+                log.info("telegram: a poll failed while stopping (%s); updates not confirmed come again", exc)
+                return ()
             raise
         except Exception:
             log.warning("telegram: a polled batch did not parse; re-reading it update by update")
@@ -83,7 +120,7 @@ class TolerantBot(ExtBot[None]):
             params["limit"] = limit
         with warnings.catch_warnings():  # PTB suggests get_updates, whose parsing just failed
             warnings.simplefilter("ignore", PTBUserWarning)
-            raw = await self.do_api_request("getUpdates", api_kwargs=params)
+            raw = await self.do_api_request("getUpdates", api_kwargs=params)  # sanitised by _do_post
         if not isinstance(raw, list):
             return ()
         return tuple(update for update in map(self._parse_one, raw) if update is not None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Literal, Optional
 
 from botweave.config import PlatformConfig
+from botweave.ingress import TrustedProxies
 from pydantic import Field, SecretStr
 
 
@@ -18,6 +19,9 @@ class TelegramConfig(PlatformConfig):
     webhook_port: Annotated[int, Field(ge=1, le=65535)] = 8443
     webhook_path: str = "/telegram"
     webhook_secret: Optional[SecretStr] = None
+    #: Reverse proxies in front of the webhook server (addresses or CIDR ranges): from these,
+    #: X-Forwarded-For / Forwarded name the client that is logged and rate-limited.
+    trusted_proxies: TrustedProxies = ()
     poll_timeout: Annotated[int, Field(ge=0)] = 30
     #: 409 Conflicts (another poller or a webhook on the same token) tolerated before polling stops.
     conflict_retries: Annotated[int, Field(ge=0)] = 2

@@ -178,11 +178,23 @@ def media_of(message: Message) -> tuple[MessageType, list[dict[str, Any]], str]:
 
 
 def _entities(message: Message) -> dict[MessageEntity, str]:
+    """Each entity of the text (or caption) with the text it covers.
+
+    Like PTB's `parse_entities`, but an entity whose offsets do not fit the text (past its
+    end, or splitting a character in two) covers what it can instead of raising.
+    """
     if message.text is not None:
-        return message.parse_entities()
-    if message.caption is not None:
-        return message.parse_caption_entities()
-    return {}
+        text, entities = message.text, message.entities
+    elif message.caption is not None:
+        text, entities = message.caption, message.caption_entities
+    else:
+        return {}
+    units = text.encode("utf-16-le", "surrogatepass")
+    found = {}
+    for entity in entities:
+        start, length = max(0, entity.offset), max(0, entity.length)
+        found[entity] = units[2 * start : 2 * (start + length)].decode("utf-16-le", "replace")
+    return found
 
 
 def is_command(message: Message) -> bool:

@@ -3,11 +3,17 @@
 PTB's built-in server (`Updater.start_webhook`) answers 200 as soon as an update is queued,
 before any handler ran; a crash right after that 200 loses the update, because Telegram
 never sends it again. Following PTB's "custom webhook" pattern, this server instead runs
-each update through the application's handlers itself and answers only when they finished:
+each update through the application's handlers itself and answers only when they finished.
 
+Each request is checked before anything of it is parsed, cheapest first:
+
+- a client (the attributed address, see `botweave.ingress`) that kept failing the secret
+  check → 429, nothing read;
 - a missing or wrong `X-Telegram-Bot-Api-Secret-Token` → 403, nothing read or processed;
-- a body that is not JSON, or JSON that is not an `Update` → one log line and 200, so
-  Telegram does not redeliver it forever (polling skips such updates too);
+- a content type other than `application/json` → 415, the body not read;
+- a body that is not JSON, or JSON that is not an `Update` (sanitised first, see
+  `schema.read_update`) → one log line and 200, so Telegram does not redeliver it forever
+  (polling skips such updates too); fields of the wrong type are dropped, with one line;
 - otherwise `handle(update)`: it returning → 200 (the runtime has the update); it raising
   → 500, so Telegram delivers the update again later.
 """
@@ -18,30 +24,22 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
+from botweave.ingress import IngressGuard, IPNetwork
+from botweave.payload import Dropped
+from botweave.tasks import failure_line
 from telegram import Bot, Update
+
+from .schema import read_update
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+MAX_DROPPED_NAMED = 8  # fields named in the "ignored" line; the rest are counted
 
 UpdateHandler = Callable[[Update], Awaitable[None]]
-
-
-def parse_update(data: Any, bot: Bot) -> Update:
-    """An `Update` from a decoded webhook body; raises if it is not one."""
-    if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
-        raise ValueError("not an update object")
-    update = Update.de_json(data, bot)
-    if update is None:
-        raise ValueError("empty update")
-    insert = getattr(bot, "insert_callback_data", None)  # ExtBot: arbitrary callback data
-    if insert is not None:
-        insert(update)
-    return update
 
 
 class WebhookServer:
@@ -56,6 +54,8 @@ class WebhookServer:
         port: int,
         path: str,
         secret: str | None,
+        trusted_proxies: Sequence[IPNetwork] = (),
+        guard: IngressGuard | None = None,
         handle_timeout: float = 30.0,
         shutdown_timeout: float = 5.0,
     ) -> None:
@@ -68,6 +68,8 @@ class WebhookServer:
         self._handle_timeout = handle_timeout
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
+        #: Client attribution and the limit on failed secret checks, per client address.
+        self.guard = guard or IngressGuard("telegram: webhook", trusted_proxies)
 
     @property
     def running(self) -> bool:
@@ -101,15 +103,31 @@ class WebhookServer:
         return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), self._secret)
 
     async def _on_post(self, request: web.Request) -> web.Response:
+        client = self.guard.client(request)
+        refused = self.guard.refused_for(client)
+        if refused:
+            return web.Response(status=429, text="too many failed requests", headers={"Retry-After": f"{refused:.0f}"})
         if not self._authorised(request):
-            log.warning("telegram: webhook request from %s without the right secret token; rejected", request.remote)
+            self.guard.failed(client, "missing or wrong secret token")
             return web.Response(status=403, text="forbidden")
+        if request.content_type != "application/json":
+            log.warning("telegram: webhook request from %s with content type %r; answered 415",
+                        client, request.content_type[:100])
+            return web.Response(status=415, text="application/json expected")
+        dropped = Dropped()
         try:
             body = await request.read()
-            update = parse_update(json.loads(body), self._bot)
-        except Exception as exc:
-            log.error("telegram: skipped a malformed webhook update (%s: %s)", type(exc).__name__, exc)
+            update = read_update(json.loads(body), self._bot, dropped)
+        except web.HTTPRequestEntityTooLarge:
+            log.error("telegram: skipped a webhook update from %s: the body is too large", client)
             return web.Response(status=200)
+        except Exception as exc:  # noqa: BLE001 - whatever the body is, it is skipped with one line
+            log.error("telegram: skipped a malformed webhook update from %s (%s)", client, failure_line(exc))
+            return web.Response(status=200)
+        if dropped:
+            named = ", ".join(dropped[:MAX_DROPPED_NAMED]) + (f" and {len(dropped) - MAX_DROPPED_NAMED} more"
+                                                              if len(dropped) > MAX_DROPPED_NAMED else "")
+            log.warning("telegram: update %s: ignored malformed field(s) %s", update.update_id, named)
         try:
             async with asyncio.timeout(self._handle_timeout):
                 await self._handle(update)
