@@ -1,7 +1,10 @@
 """The Slack adapter: slack-bolt's `AsyncApp` over Socket Mode or the HTTP Events API.
 
-Receiving is bolt's job (signature and timestamp checks, `url_verification`, acknowledging
-within Slack's 3 seconds before any listener runs); bolt hands every event to
+Receiving is bolt's job once a request is known to be Slack's and usable: over HTTP our
+endpoint (`http.EventsEndpoint`) verifies the signature on the raw bytes and sanitises the
+body before bolt sees it; over Socket Mode (authenticated by the app token) each payload is
+sanitised the same way (`schema.sanitise_body`). Bolt answers `url_verification`, routes to the
+listeners and acknowledges within Slack's 3 seconds; it hands every event to
 `inbound.SlackInbound`, which hands each post on once however often Slack delivers it.
 Sending goes through slack_sdk's `AsyncWebClient` (`outbound.SlackOutbound`), whose
 `AsyncRateLimitErrorRetryHandler` waits out `Retry-After` on HTTP 429. This module builds the
@@ -18,8 +21,10 @@ from typing import Any
 
 from aiohttp import ClientConnectorError, web
 from botweave.adapter import Adapter, PlatformRejected
+from botweave.ingress import IngressGuard
+from botweave.payload import Dropped
+from botweave.tasks import ONE_LINE_FAILURES
 from botweave.types import BotUser, PlatformCapabilities
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -27,12 +32,17 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from .config import SlackConfig
 from .directory import SlackDirectory
+from .http import EventsEndpoint, Signatures
 from .inbound import SlackInbound
 from .outbound import SlackOutbound
+from .schema import sanitise_body
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +79,8 @@ class SlackAdapter(Adapter):
         self._socket: AsyncSocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
         self.http_port: int | None = None  # the port the Events API endpoint listens on
+        #: Client attribution and the limit on failed signature checks (HTTP mode).
+        self.ingress = IngressGuard("slack: events endpoint", self.config.trusted_proxies)
         #: Inbound counters (received, duplicate, dispatched, settled): cheap to keep, and how
         #: an operator or a test tells "Slack never sent it" from "we dropped it".
         self.inbound_stats: Counter[str] = Counter()
@@ -98,6 +110,8 @@ class SlackAdapter(Adapter):
 
     async def stop(self) -> None:
         self.outbound = None
+        if self.inbound is not None:
+            await self.inbound.close()
         if self._socket is not None:
             try:
                 await self._socket.close_async()
@@ -150,14 +164,16 @@ class SlackAdapter(Adapter):
         app = AsyncApp(
             client=client,
             signing_secret=self.secret("signing_secret") if http else None,
-            request_verification_enabled=http,  # Socket Mode is authenticated by the app token
+            # HTTP requests are verified on their raw bytes before bolt sees them (http.py);
+            # Socket Mode is authenticated by the app token.
+            request_verification_enabled=False,
             # The bot's own posts are dropped by the adapter, after noting the threads they
             # are in (so a thread another process of this bot replied in counts as addressed).
             ignoring_self_events_enabled=False,
             # The listener records the event (hands it to the runtime: with Redis, appends it to
             # the inbound stream) and then acknowledges, within ACK_DEADLINE_S.
             process_before_response=True,
-            logger=logging.getLogger("botweave.adapters.slack.bolt"),
+            logger=_bolt_logger(),
         )
         app.event(re.compile(".*"))(inbound.on_event)
         app.command(re.compile(".*"))(inbound.on_command)
@@ -175,7 +191,7 @@ class SlackAdapter(Adapter):
                 f"slack: apps.connections.open failed ({exc.response.get('error')}); check "
                 "platforms.slack.app_token (an xapp- token with connections:write)"
             ) from None
-        self._socket = AsyncSocketModeHandler(app, app_token=app_token, web_client=client)
+        self._socket = _SanitisingSocketModeHandler(app, app_token=app_token, web_client=client)
         self._socket.client.wss_uri = str(opened["url"])
         try:
             await asyncio.wait_for(self._socket.connect_async(), SOCKET_CONNECT_TIMEOUT_S)
@@ -184,8 +200,9 @@ class SlackAdapter(Adapter):
             raise RuntimeError("slack: the Socket Mode connection did not open in time") from None
 
     async def _start_http(self, app: AsyncApp) -> None:
+        endpoint = EventsEndpoint(app, Signatures(self.secret("signing_secret")), self.ingress)
         web_app = web.Application()
-        web_app.router.add_post(self.config.http_path, self._handle_http)
+        web_app.router.add_post(self.config.http_path, endpoint)
         self._runner = web.AppRunner(web_app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.http_host, self.config.http_port)
@@ -193,8 +210,28 @@ class SlackAdapter(Adapter):
         self.http_port = self.config.http_port
         log.info("slack: Events API listening on %s:%s%s", self.config.http_host, self.http_port, self.config.http_path)
 
-    async def _handle_http(self, request: web.Request) -> web.Response:
-        """One Events API request through bolt (which verifies and acknowledges it)."""
-        assert self._bolt is not None
-        bolt_response = await self._bolt.async_dispatch(await to_bolt_request(request))
-        return await to_aiohttp_response(bolt_response)
+
+def _bolt_logger() -> logging.Logger:
+    """Bolt's logger: a request bolt could not route (a shape it did not expect) is logged in
+    one line, not with a traceback."""
+    logger = logging.getLogger("botweave.adapters.slack.bolt")
+    logger.addFilter(ONE_LINE_FAILURES)
+    return logger
+
+
+class _SanitisingSocketModeHandler(AsyncSocketModeHandler):
+    """Socket Mode payloads come from Slack itself, yet are read as carefully as HTTP ones:
+    sanitised before bolt sees them; one that is not usable is acknowledged (so Slack does not
+    resend it) and skipped with one line."""
+
+    async def handle(self, client: SocketModeClient, req: SocketModeRequest) -> None:  # type: ignore[override]
+        dropped = Dropped()
+        payload = sanitise_body(req.payload, dropped)
+        if payload is None:
+            log.warning("slack: skipped a Socket Mode %s payload that cannot be used", str(req.type)[:40])
+            await client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        if dropped:
+            log.warning("slack: Socket Mode payload: ignored malformed field(s) %s", ", ".join(dropped[:8]))
+        req.payload = payload
+        await super().handle(client, req)

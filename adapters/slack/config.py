@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Literal, Optional
 
 from botweave.config import PlatformConfig
+from botweave.ingress import TrustedProxies
 from pydantic import Field, SecretStr
 
 
@@ -17,6 +18,9 @@ class SlackConfig(PlatformConfig):
     http_host: str = "0.0.0.0"
     http_port: Annotated[int, Field(ge=1, le=65535)] = 3000
     http_path: str = "/slack/events"
+    #: Reverse proxies in front of the HTTP endpoint (addresses or CIDR ranges): from these,
+    #: X-Forwarded-For / Forwarded name the client that is logged and rate-limited.
+    trusted_proxies: TrustedProxies = ()
     reply_in_thread: bool = False
 
     def missing_credentials(self) -> list[str]:

@@ -24,6 +24,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from botweave.adapter import Adapter
+from botweave.payload import clean_text
+from botweave.tasks import TaskOwner, failure_line
 from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -41,6 +43,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from ..cache import BoundedCache
 from .directory import SlackDirectory, channel_type_from_slack
 from .format import mentioned_user_ids, reaction_to_emoji, to_plain_text
+from .schema import sanitise_event
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ class SlackInbound:
         self._reply_in_thread = reply_in_thread
         self._bot_threads: BoundedCache[tuple[str, str], bool] = BoundedCache(4096)
         self._seen: BoundedCache[tuple[str, ...], bool] = BoundedCache(4096)
-        self._accepting: set[asyncio.Task[None]] = set()  # events still being recorded after their ack
+        self._accepting = TaskOwner("slack: inbound")  # events still being recorded after their ack
         #: (received, duplicate, dispatched, settled): how an operator or a test tells "Slack
         #: never sent it" from "we dropped it".
         self.stats = stats
@@ -105,38 +108,55 @@ class SlackInbound:
             finally:
                 self.stats["settled"] += 1
 
-        task = asyncio.create_task(settle())
-        self._accepting.add(task)
-        task.add_done_callback(self._accepting.discard)
+        task = self._accepting.spawn(settle(), name="record an event")
         await asyncio.wait({task}, timeout=ACK_DEADLINE_S)
         await ack()
 
-    async def _accept(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+    async def _accept(self, raw_event: Any, raw_body: Any) -> None:
+        event, body = sanitise_event(raw_event), _envelope(raw_body)
+        if event is None:
+            self.stats["skipped"] += 1
+            log.warning("slack: skipped an event that is not an object with a type")
+            return
         key = _dedup_key(event, body)
         if key is not None and not self._seen.add_if_new(key, True):
             self.stats["duplicate"] += 1
             log.debug("slack: duplicate delivery of %s dropped", key)
             return
         try:
-            item = await self.normalise(event, body)
-        except Exception:
+            item = await self._normalise(event, body)
+        except Exception as exc:  # noqa: BLE001 - the last net: one line, and Slack's retry may try again
             if key is not None:
-                self._seen.discard(key)  # let Slack's retry have another go
-            log.exception("slack: could not read a %s event", event.get("type"))
+                self._seen.discard(key)
+            self.stats["unreadable"] += 1
+            log.error("slack: could not read a %s event (%s)", event.get("type"), failure_line(exc))
             return
         if item is not None:
             self.stats["dispatched"] += 1
             await self._adapter.dispatch(item)
 
     async def _accept_command(self, body: dict[str, Any]) -> None:
-        trigger = str(body.get("trigger_id") or "")
+        trigger = _text(body, "trigger_id")
         if trigger and not self._seen.add_if_new(("command", trigger), True):
             self.stats["duplicate"] += 1
             return
         self.stats["dispatched"] += 1
         await self._adapter.dispatch(await self.command(body))
 
-    async def normalise(self, event: dict[str, Any], body: dict[str, Any]) -> BotMessage | PlatformEvent | None:
+    async def close(self) -> None:
+        """Let events still being recorded after their ack finish, briefly; then stop them."""
+        await self._accepting.close(timeout=ACK_DEADLINE_S)
+
+    async def normalise(self, event: Any, body: Any) -> BotMessage | PlatformEvent | None:
+        """Any event payload as a message, a platform event or None (skipped), never an
+        exception: it is sanitised first (`schema.sanitise_event`), so every field read below
+        is absent or of Slack's type."""
+        clean_event = sanitise_event(event)
+        if clean_event is None:
+            return None
+        return await self._normalise(clean_event, _envelope(body))
+
+    async def _normalise(self, event: dict[str, Any], body: dict[str, Any]) -> BotMessage | PlatformEvent | None:
         kind = event.get("type")
         if kind == "message":
             return await self.message_event(event, body)
@@ -182,8 +202,7 @@ class SlackInbound:
         if self._authored(event):
             self._note_echo(event)
             return None
-        channel_id = str(event.get("channel", ""))
-        ts = str(event.get("ts", ""))
+        channel_id, ts = _text(event, "channel"), _text(event, "ts")
         if not channel_id or not ts:
             return None
         channel_type = await self._channel_type(channel_id, event.get("channel_type"))
@@ -219,8 +238,7 @@ class SlackInbound:
 
     async def command(self, payload: dict[str, Any]) -> BotMessage:
         """A slash command (`/new args`) as a command message; always addressed to this bot."""
-        channel_id = str(payload.get("channel_id", ""))
-        channel_name = str(payload.get("channel_name", ""))
+        channel_id, channel_name = _text(payload, "channel_id"), _text(payload, "channel_name")
         channel_type: ChannelType
         if channel_name == "directmessage":
             channel_type = "dm"
@@ -228,15 +246,15 @@ class SlackInbound:
             channel_type = "group"
         else:
             channel_type = await self._directory.channel_type(channel_id)
-        args = await to_plain_text(payload.get("text") or "", self._my_id, self._directory.display_name)
-        user_id = str(payload.get("user_id", ""))
+        args = await to_plain_text(_text(payload, "text"), self._my_id, self._directory.display_name)
+        user_id = _text(payload, "user_id")
         return BotMessage(
-            message_id=str(payload.get("trigger_id") or payload.get("command_ts") or ""),
-            content=f"{payload.get('command', '')} {args}".strip(),
+            message_id=_text(payload, "trigger_id") or _text(payload, "command_ts"),
+            content=f"{_text(payload, 'command')} {args}".strip(),
             sender=await self._sender({"user": user_id}, False),
             channel=BotChannel(channel_id=channel_id, channel_type=channel_type, title=channel_name),
             message_type=MessageType.COMMAND,
-            metadata={META_MENTIONS_BOT: True, META_REPLY_TO_BOT: False, META_SCOPE: payload.get("team_id")},
+            metadata={META_MENTIONS_BOT: True, META_REPLY_TO_BOT: False, META_SCOPE: _text(payload, "team_id") or None},
             platform=PLATFORM,
         )
 
@@ -256,7 +274,7 @@ class SlackInbound:
         display = await self._directory.display_name(user_id) if profile else ""
         return BotUser(
             user_id=user_id,
-            username=(profile or {}).get("name", ""),
+            username=_text(profile or {}, "name"),
             display_name=display,
             is_bot=is_bot or bool((profile or {}).get("is_bot")),
         )
@@ -283,9 +301,9 @@ class SlackInbound:
 
     def _note_echo(self, event: dict[str, Any]) -> None:
         """Our post as Slack delivers it back, whichever process of the bot posted it."""
-        thread_ts = event.get("thread_ts")
-        if thread_ts and event.get("channel"):
-            self._bot_threads.put((str(event["channel"]), str(thread_ts)), True)
+        thread_ts, channel = _text(event, "thread_ts"), _text(event, "channel")
+        if thread_ts and channel:
+            self._bot_threads.put((channel, thread_ts), True)
 
     def _replied_in(self, root: dict[str, Any] | None) -> bool:
         return any(map(self._adapter.is_self, (root or {}).get("reply_users") or []))
@@ -305,7 +323,7 @@ class SlackInbound:
         return PlatformEvent(
             kind="message_edited",
             platform=PLATFORM,
-            chat_id=str(event.get("channel", "")),
+            chat_id=_text(event, "channel"),
             user_id=str(new.get("user") or new.get("bot_id") or ""),
             message_id=ts or None,
             new_text=await to_plain_text(new.get("text") or "", self._my_id, self._directory.display_name),
@@ -324,7 +342,7 @@ class SlackInbound:
         return PlatformEvent(
             kind="message_deleted",
             platform=PLATFORM,
-            chat_id=str(event.get("channel", "")),
+            chat_id=_text(event, "channel"),
             user_id=str(previous.get("user") or previous.get("bot_id") or ""),
             message_id=str(deleted_ts) if deleted_ts else None,
             thread_id=str(thread_ts) if thread_ts and thread_ts != deleted_ts else None,
@@ -355,7 +373,7 @@ class SlackInbound:
         return PlatformEvent(
             kind=kind,  # type: ignore[arg-type]
             platform=PLATFORM,
-            chat_id=str(event.get("channel", "")),
+            chat_id=_text(event, "channel"),
             user_id=str(event.get("user", "")),
             event_id=body.get("event_id"),
             raw=event,
@@ -366,8 +384,9 @@ def _dedup_key(event: dict[str, Any], body: dict[str, Any]) -> tuple[str, ...] |
     """One key per post (shared by its `message` and `app_mention`), else per event id."""
     kind = event.get("type")
     is_post = kind == "app_mention" or (kind == "message" and event.get("subtype") in MESSAGE_SUBTYPES)
-    if is_post and event.get("channel") and event.get("ts"):
-        return ("post", str(event["channel"]), str(event["ts"]))
+    channel, ts = _text(event, "channel"), _text(event, "ts")
+    if is_post and channel and ts:
+        return ("post", channel, ts)
     event_id = body.get("event_id")
     return ("event", str(event_id)) if event_id else None
 
@@ -403,9 +422,23 @@ def _message_type(attachments: list[dict[str, Any]]) -> MessageType:
 def _ts_to_datetime(ts: str) -> datetime:
     try:
         return datetime.fromtimestamp(float(ts), timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # not a time, or past the calendar's end
         return datetime.now(timezone.utc)
 
 
 def _team(event: dict[str, Any], body: dict[str, Any]) -> str | None:
-    return event.get("team") or body.get("team_id")
+    return _text(event, "team") or body.get("team_id")
+
+
+def _text(payload: dict[str, Any], key: str) -> str:
+    """A string field, or "" when it is absent or not a string (an id given as an object)."""
+    value = payload.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _envelope(body: Any) -> dict[str, Any]:
+    """The envelope fields the normaliser reads, each a string or absent."""
+    if not isinstance(body, dict):
+        return {}
+    fields = {key: body.get(key) for key in ("event_id", "team_id")}
+    return {key: clean_text(value) for key, value in fields.items() if isinstance(value, str)}

@@ -1,0 +1,166 @@
+"""The Events API endpoint (HTTP mode): verified on the raw bytes before anything is parsed.
+
+The endpoint listens on 0.0.0.0 by default, so whatever reaches it is hostile until its
+signature says otherwise. Each request is checked cheapest first, and nothing of it reaches
+slack-bolt before it is signed and usable:
+
+1. a client (the attributed address, see `botweave.ingress`) that kept failing these checks
+   → 429, nothing read;
+2. no `X-Slack-Signature` / `X-Slack-Request-Timestamp`, a timestamp that is not a number or
+   is more than five minutes away from now → 401, the body not read;
+3. the HMAC-SHA256 of `v0:<timestamp>:<raw body>` does not match → 401;
+4. signed, but not a body the app can use (not UTF-8, not a JSON object or a form, nested too
+   deep, no event `type` / slash command) → 400;
+5. otherwise the body, sanitised (`schema.sanitise_body`: wrong-typed fields are absent), goes
+   to bolt, which routes it to the listeners and acknowledges.
+
+Bolt's own signature check is off: it would verify the body as bolt receives it, which is the
+sanitised one, re-encoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from urllib.parse import parse_qsl, urlencode
+
+from aiohttp import web
+from botweave.ingress import IngressGuard
+from botweave.payload import Dropped
+from botweave.tasks import failure_line
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+
+from .schema import form_fields, sanitise_body
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Slack-Signature"
+TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
+MAX_CLOCK_SKEW_S = 300  # Slack's own rule for replayed requests
+MAX_FORM_FIELDS = 100
+
+
+class Unusable(ValueError):
+    """A signed request body the app cannot use; the message says why (never its content)."""
+
+
+class Signatures:
+    """Slack's v0 request signatures, checked on the raw body."""
+
+    def __init__(self, secret: str, *, clock: Callable[[], float] = time.time) -> None:
+        self._secret = secret.encode()
+        self._clock = clock
+
+    def header_problem(self, timestamp: str | None, signature: str | None) -> str | None:
+        """Why the headers alone already fail the request, or None."""
+        if not signature or not timestamp:
+            return "unsigned"
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12):
+            return "malformed timestamp"
+        if abs(self._clock() - int(timestamp)) > MAX_CLOCK_SKEW_S:
+            return "stale timestamp"
+        if not signature.isascii() or not signature.startswith("v0="):
+            return "malformed signature"
+        return None
+
+    def matches(self, timestamp: str, body: bytes, signature: str) -> bool:
+        digest = hmac.new(self._secret, b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(("v0=" + digest).encode(), signature.encode())
+
+
+def usable_body(raw: bytes, content_type: str) -> tuple[str, str, Dropped]:
+    """A signed body as bolt should get it: (text, content type, fields left out).
+
+    JSON bodies (events) and form bodies (slash commands; interactions carry JSON in a
+    `payload` field) are read, sanitised and written again; anything else is `Unusable`.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unusable("not UTF-8") from None
+    dropped = Dropped()
+    if content_type == "application/json" or (content_type != "application/x-www-form-urlencoded" and
+                                               text.lstrip().startswith("{")):
+        body = sanitise_body(_json(text), dropped)
+        if body is None:
+            raise Unusable("not an event envelope")
+        return json.dumps(body), "application/json", dropped
+    if content_type != "application/x-www-form-urlencoded":
+        raise Unusable(f"content type {content_type[:60]!r}")
+    try:
+        fields = form_fields(parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+    except ValueError:
+        raise Unusable("not a form") from None
+    if "payload" in fields:  # an interaction: its JSON in one field
+        payload = sanitise_body(_json(fields["payload"]), dropped)
+        if payload is None or "type" not in payload:
+            raise Unusable("not an interaction payload")
+        return urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded", dropped
+    command = sanitise_body(fields, dropped)
+    if command is None:
+        raise Unusable("neither a slash command nor an SSL check")
+    return urlencode(command), "application/x-www-form-urlencoded", dropped
+
+
+def _json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise Unusable("not JSON, or nested too deep") from None
+
+
+class EventsEndpoint:
+    """The aiohttp handler for POSTs to `http_path`; see the module docstring."""
+
+    def __init__(self, bolt: AsyncApp, signatures: Signatures, guard: IngressGuard) -> None:
+        self._bolt = bolt
+        self._signatures = signatures
+        self.guard = guard
+
+    async def __call__(self, request: web.Request) -> web.Response:
+        client = self.guard.client(request)
+        refused = self.guard.refused_for(client)
+        if refused:
+            return web.Response(status=429, text="too many failed requests", headers={"Retry-After": f"{refused:.0f}"})
+        timestamp = request.headers.get(TIMESTAMP_HEADER)
+        signature = request.headers.get(SIGNATURE_HEADER)
+        problem = self._signatures.header_problem(timestamp, signature)
+        if problem is not None:
+            self.guard.failed(client, problem)
+            return web.Response(status=401, text="unauthorized")
+        assert timestamp is not None and signature is not None
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.guard.failed(client, "body too large")
+            return web.Response(status=413, text="too large")
+        if not self._signatures.matches(timestamp, raw, signature):
+            self.guard.failed(client, "signature mismatch")
+            return web.Response(status=401, text="unauthorized")
+        try:
+            body, content_type, dropped = usable_body(raw, request.content_type)
+        except Unusable as exc:
+            log.warning("slack: signed request from %s that cannot be used (%s); answered 400", client, exc)
+            return web.Response(status=400, text="bad request")
+        if dropped:
+            log.warning("slack: request from %s: ignored malformed field(s) %s", client, ", ".join(dropped[:8]))
+        headers: dict[str, str | Sequence[str]] = {
+            name: value for name, value in request.headers.items() if name.lower() != "content-type"
+        }
+        headers["Content-Type"] = content_type
+        try:
+            response = await self._bolt.async_dispatch(
+                AsyncBoltRequest(body=body, query=request.query_string, headers=headers)
+            )
+        except Exception as exc:  # noqa: BLE001 - bolt itself failed on a body it was given
+            log.error("slack: a signed request from %s could not be handled (%s)", client, failure_line(exc))
+            return web.Response(status=400, text="bad request")
+        if response.status == 500:  # bolt's answer when reading the body failed (it logged why)
+            return web.Response(status=400, text="bad request")
+        return await to_aiohttp_response(response)
