@@ -14,7 +14,7 @@ from botweave.delivery import Delivery, Destination
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access import AccessVerdict, decide_access
 from botweave.policies.gating import decide_gate
-from botweave.policies.pairing import Pairing
+from botweave.policies.pairing import MAX_PENDING, Pairing
 from botweave.store import Store
 from botweave.types import BotMessage
 
@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 PAIR_USAGE = "approve|deny CODE"
 PAIR_HELP = "let a waiting user in, or turn them away (the owner, in a direct message)"
+#: What a stranger hears when too many pairing requests wait already (once per window).
+TRY_LATER = "I can't take new pairing requests right now. Please try again later."
 
 
 def pairing_hint(platform: str) -> str:
@@ -67,8 +69,12 @@ class AccessControl:
         msg = inbound.message
         result = await self.pairing.request(msg.platform, msg.sender.user_id, msg.sender.name, msg.channel.channel_id)
         if result.status == "too_many_pending":
-            log.warning("%s: pairing request from %s refused: 3 requests already pending", msg.platform, msg.sender.user_id)
-            return TurnOutcome(TurnStatus.PAIRING_FULL)
+            if not await self.pairing.first_refusal(msg.platform, msg.sender.user_id):
+                return TurnOutcome(TurnStatus.PAIRING_FULL)  # told already, within the window
+            log.warning("%s: pairing request from %s refused: %d requests already pending",
+                        msg.platform, msg.sender.user_id, MAX_PENDING)
+            delivered = await inbound.reply.send_text(TRY_LATER, purpose="pairing")
+            return TurnOutcome(TurnStatus.PAIRING_FULL, delivered)
         if result.status == "already_pending":
             return TurnOutcome(TurnStatus.PAIRING_PENDING)
         code = result.code or ""

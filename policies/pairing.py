@@ -5,6 +5,11 @@ and are kept only as hashes, so a leaked store reveals no usable code. At most t
 wait per platform, and five wrong guesses within a minute lock approval for five minutes,
 which makes guessing hopeless. All state is in the store, so the CLI approving a code and
 the bot that issued it may be different processes.
+
+Both limits hold however many requests race, in one process or across workers: a pending
+request takes its place with the store's one-step `set_if_absent_capped` (so fifty strangers
+writing at once get three codes, not fifty), and every approval attempt first takes one of
+five attempt places (so fifty guesses at once are not all checked before the lock lands).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import hashlib
 import json
 import secrets
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -26,6 +32,8 @@ MAX_PENDING = 3
 MAX_FAILURES = 5
 FAILURE_WINDOW = 60.0
 LOCKOUT = 300.0
+#: How often a stranger turned away by a full queue of pending codes is told so.
+FULL_NOTICE_WINDOW = 600.0
 
 
 def new_code() -> str:
@@ -77,19 +85,38 @@ class Pairing:
         return hashlib.sha256(f"{platform}:{normalise(code)}".encode()).hexdigest()
 
     async def request(self, platform: str, user_id: str, name: str, chat_id: str) -> RequestResult:
-        if await self._store.get(f"pair:user:{platform}:{user_id}") is not None:
-            return RequestResult("already_pending")
-        if len(await self.pending(platform)) >= MAX_PENDING:
-            return RequestResult("too_many_pending")
+        """A code for `user_id`, unless they have one pending or MAX_PENDING codes wait already.
+
+        The user's pending request is the capped key (`pair:user:<platform>:<user>`, holding the
+        request); the code's hash points at the user, for approval by code.
+        """
         code = new_code()
         code_hash = self._hash(platform, code)
         request = PendingRequest(platform, user_id, name, chat_id, self._clock(), code_hash)
-        await self._store.set(f"pair:pending:{platform}:{code_hash}", json.dumps(_as_dict(request)), ttl=CODE_TTL)
-        await self._store.set(f"pair:user:{platform}:{user_id}", code_hash, ttl=CODE_TTL)
+        claimed = await self._store.set_if_absent_capped(
+            self._user_key(platform, user_id),
+            json.dumps(_as_dict(request)),
+            prefix=self._user_key(platform, ""),
+            cap=MAX_PENDING,
+            ttl=CODE_TTL,
+        )
+        if claimed == "exists":
+            return RequestResult("already_pending")
+        if claimed == "full":
+            return RequestResult("too_many_pending")
+        await self._store.set(f"pair:pending:{platform}:{code_hash}", user_id, ttl=CODE_TTL)
         return RequestResult("issued", code)
 
+    async def first_refusal(self, platform: str, user_id: str) -> bool:
+        """Whether a stranger turned away by the cap should be told (once per FULL_NOTICE_WINDOW)."""
+        return await self._store.set_if_absent(f"pair:refused:{platform}:{user_id}", "1", ttl=FULL_NOTICE_WINDOW)
+
+    @staticmethod
+    def _user_key(platform: str, user_id: str) -> str:
+        return f"pair:user:{platform}:{user_id}"
+
     async def pending(self, platform: str | None = None) -> list[PendingRequest]:
-        prefix = f"pair:pending:{platform}:" if platform else "pair:pending:"
+        prefix = self._user_key(platform, "") if platform else "pair:user:"
         found = []
         for key in await self._store.keys(prefix):
             raw = await self._store.get(key)
@@ -98,12 +125,17 @@ class Pairing:
         return sorted(found, key=lambda r: r.created)
 
     async def _take(self, platform: str, code: str) -> PendingRequest | None:
-        key = f"pair:pending:{platform}:{self._hash(platform, code)}"
-        raw = await self._store.get(key)
-        if raw is None:
+        code_hash = self._hash(platform, code)
+        key = f"pair:pending:{platform}:{code_hash}"
+        user_id = await self._store.get(key)
+        if user_id is None:
             return None
-        request = PendingRequest(**json.loads(raw))
-        await self._store.delete(key, f"pair:user:{platform}:{request.user_id}")
+        raw = await self._store.get(self._user_key(platform, user_id))
+        request = PendingRequest(**json.loads(raw)) if raw is not None else None
+        if request is None or request.code_hash != code_hash:
+            await self._store.delete(key)  # a code whose request is gone
+            return None
+        await self._store.delete(key, self._user_key(platform, user_id))
         return request
 
     async def approve(self, platform: str, code: str, *, claim_owner: bool = False) -> ApproveResult:
@@ -111,6 +143,15 @@ class Pairing:
         approved user becomes the owner."""
         lock_key = f"pair:locked:{platform}"
         if await self._store.get(lock_key) is not None:
+            return ApproveResult("locked")
+        # An attempt holds one of MAX_FAILURES places for a minute (a right code gives its
+        # place back): however many guesses arrive at once, no more are checked.
+        attempt = f"pair:attempt:{platform}:{uuid.uuid4().hex}"
+        place = await self._store.set_if_absent_capped(
+            attempt, "1", prefix=f"pair:attempt:{platform}:", cap=MAX_FAILURES, ttl=FAILURE_WINDOW
+        )
+        if place == "full":
+            await self._store.set(lock_key, "1", ttl=LOCKOUT)
             return ApproveResult("locked")
         request = await self._take(platform, code)
         if request is None:
@@ -120,6 +161,7 @@ class Pairing:
                 await self._store.delete(f"pair:failures:{platform}")
                 return ApproveResult("locked")
             return ApproveResult("wrong_code")
+        await self._store.delete(attempt)
         await self._store.set(
             f"pair:approved:{platform}:{request.user_id}",
             json.dumps({"name": request.name, "approved_at": self._clock()}),

@@ -162,6 +162,44 @@ async def test_five_wrong_codes_in_a_minute_lock_approval_for_five_minutes():
     assert (await pairing.approve("telegram", code)).status == "approved"
 
 
+async def test_fifty_strangers_racing_for_a_code_get_three_on_every_store(store):
+    pairing = Pairing(store)
+    results = await asyncio.gather(*(pairing.request("telegram", str(n), f"u{n}", str(n)) for n in range(50)))
+    assert [r.status for r in results].count("issued") == 3
+    assert len(await pairing.pending("telegram")) == 3
+
+
+async def test_fifty_guesses_at_once_check_no_more_than_five_codes_on_every_store(store):
+    """Each guess first takes one of five attempt places: concurrent guesses cannot all be
+    checked before the lock lands, and the right code is locked out with the rest."""
+    pairing = Pairing(store)
+    code = (await pairing.request("telegram", "42", "Ann", "42")).code
+    checked: list[str] = []
+    take = pairing._take
+
+    async def counting_take(platform: str, guess: str):  # type: ignore[no-untyped-def]
+        checked.append(guess)
+        return await take(platform, guess)
+
+    pairing._take = counting_take  # type: ignore[method-assign]
+    results = await asyncio.gather(*(pairing.approve("telegram", "WRONGCDE") for _ in range(50)))
+    statuses = [r.status for r in results]
+    assert len(checked) <= 5
+    assert statuses.count("wrong_code") <= 4 and statuses.count("locked") >= 45
+    assert (await pairing.approve("telegram", code)).status == "locked"
+
+
+async def test_a_right_code_gives_its_attempt_place_back():
+    pairing = Pairing(MemoryStore())
+    for user in ("1", "2", "3"):
+        code = (await pairing.request("telegram", user, user, user)).code
+        assert (await pairing.approve("telegram", code)).status == "approved"
+    for _ in range(4):
+        assert (await pairing.approve("telegram", "WRONGCDE")).status == "wrong_code"
+    code = (await pairing.request("telegram", "4", "4", "4")).code
+    assert (await pairing.approve("telegram", code)).status == "approved"
+
+
 async def test_wrong_codes_spread_over_more_than_a_minute_do_not_lock():
     clock = Clock()
     pairing = Pairing(MemoryStore(clock=lambda: clock.now), clock=clock)

@@ -1,6 +1,8 @@
 """The store contract, run against the in-memory store and a real Redis server alike."""
 
 
+import asyncio
+
 import pytest
 from botweave.store import MemoryStore, StoreUnavailable
 from botweave.store.redis import RedisStore
@@ -80,3 +82,44 @@ async def test_unreachable_redis_is_one_clear_error_without_the_password():
     assert "cannot reach the Redis store at redis://:***@127.0.0.1:1/0" in str(info.value)
     assert "hunter2" not in str(info.value)
     await store.close()
+
+
+async def test_capped_set_claims_a_place_once_and_never_past_the_cap(store):
+    assert await store.set_if_absent_capped("cap:a", "1", prefix="cap:", cap=2, ttl=60) == "set"
+    assert await store.set_if_absent_capped("cap:a", "2", prefix="cap:", cap=2, ttl=60) == "exists"
+    assert await store.set_if_absent_capped("cap:b", "1", prefix="cap:", cap=2, ttl=60) == "set"
+    assert await store.set_if_absent_capped("cap:c", "1", prefix="cap:", cap=2, ttl=60) == "full"
+    assert await store.get("cap:a") == "1" and await store.get("cap:c") is None
+    await store.delete("cap:a")  # a deleted key frees its place
+    assert await store.set_if_absent_capped("cap:c", "1", prefix="cap:", cap=2) == "set"
+    assert sorted(await store.keys("cap:")) == ["cap:b", "cap:c"]
+
+
+async def test_capped_set_holds_when_fifty_callers_race(store):
+    """The check and the write are one step: fifty concurrent claims, exactly `cap` win."""
+    outcomes = await asyncio.gather(
+        *(store.set_if_absent_capped(f"race:{n}", "1", prefix="race:", cap=3, ttl=60) for n in range(50))
+    )
+    assert sorted(outcomes).count("set") == 3 and outcomes.count("full") == 47
+    assert len(await store.keys("race:")) == 3
+
+
+async def test_capped_set_places_free_up_when_keys_expire():
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    assert await store.set_if_absent_capped("x:1", "1", prefix="x:", cap=1, ttl=10) == "set"
+    assert await store.set_if_absent_capped("x:2", "1", prefix="x:", cap=1, ttl=10) == "full"
+    clock.now += 11
+    assert await store.set_if_absent_capped("x:2", "1", prefix="x:", cap=1, ttl=10) == "set"
+
+
+async def test_redis_capped_set_places_free_up_when_keys_expire(redis_url):
+    store = RedisStore(redis_url, prefix="capped-ttl-test:")
+    await store.connect()
+    try:
+        assert await store.set_if_absent_capped("x:1", "1", prefix="x:", cap=1, ttl=0.2) == "set"
+        assert await store.set_if_absent_capped("x:2", "1", prefix="x:", cap=1, ttl=0.2) == "full"
+        await asyncio.sleep(0.3)
+        assert await store.set_if_absent_capped("x:2", "1", prefix="x:", cap=1, ttl=0.2) == "set"
+    finally:
+        await store.close()

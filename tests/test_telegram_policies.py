@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from botweave import App
 from botweave.pipeline import TurnOutcome
+from botweave.policies.access_control import TRY_LATER
 
 from tests.emulators.telegram import (
     TelegramEmulator,
@@ -114,6 +115,36 @@ async def test_stranger_gets_a_code_the_owner_approves_from_the_cli_and_the_next
     await wait_until(lambda: len(emu.sent(ANN["id"])) >= 2, timeout=15, what="the agent's answer")
     await asyncio.sleep(0.3)  # a late answer to "still there?" would show up now
     assert emu.sent_texts(ANN["id"]) == [offer, HEARD + "may I come in now?"]
+
+
+async def test_fifty_strangers_at_once_on_redis_get_three_codes_and_one_try_later_each(
+    start_app, telegram_emulator, redis_url
+):
+    """The cap of three pending codes is one atomic step in the shared store: fifty strangers
+    writing at once (their turns run concurrently on the stream's workers) get three codes,
+    the owner three notices, and everyone else one plain "try again later", once."""
+    emu = telegram_emulator
+    config = config_for(emu, unknown_user_policy="pair", owner_user_id="1000", requests_per_second=1000)
+    config["store"] = {"url": redis_url, "prefix": f"tg-fifty-{uuid.uuid4().hex[:8]}:"}
+    app = await start_app(config)
+    strangers = [TelegramEmulator.user(2000 + n, f"Stranger{n}", f"stranger{n}") for n in range(50)]
+    for person in strangers:
+        emu.push_message(emu.private_chat(person), person, "hello?")
+    await stream_settled(app, entries=50, timeout=30)
+
+    told = {person["id"]: emu.sent_texts(person["id"]) for person in strangers}
+    coded = [texts for texts in told.values() if len(texts) == 1 and CODE.search(texts[0])]
+    later = [texts for texts in told.values() if texts == [TRY_LATER]]
+    assert len(coded) == 3 and len(later) == 47, told
+    notices = emu.sent_texts(1000)
+    assert len(notices) == 3 and all(n.startswith("Pairing request on telegram") for n in notices)
+    assert len(await app.access.pairing.pending("telegram")) == 3
+
+    for person in strangers:  # asking again: a pending code is not sent twice, a refusal not repeated
+        emu.push_message(emu.private_chat(person), person, "hello again?")
+    await stream_settled(app, entries=100, timeout=30)
+    assert {person["id"]: emu.sent_texts(person["id"]) for person in strangers} == told
+    assert emu.sent_texts(1000) == notices
 
 
 async def test_denied_stranger_gets_no_reply_and_costs_no_llm_call(start_app, telegram_emulator):

@@ -8,7 +8,11 @@ loop-guard windows. Values are strings; callers encode JSON themselves.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
+
+#: What `set_if_absent_capped` did: wrote the key, found it there, or found no room.
+CappedSet = Literal["set", "exists", "full"]
 
 
 class Store(ABC):
@@ -27,6 +31,21 @@ class Store(ABC):
     @abstractmethod
     async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
         """Atomically claim `key`; False when it already exists (the basis of dedup)."""
+
+    @abstractmethod
+    async def set_if_absent_capped(
+        self, key: str, value: str, *, prefix: str, cap: int, ttl: float | None = None
+    ) -> CappedSet:
+        """Claim `key` unless it exists or `prefix` already holds `cap` live keys: one atomic step.
+
+        `key` starts with `prefix`, and every key under `prefix` is written by this method
+        only. "exists" when `key` is there (nothing written); "full" when `cap` or more keys
+        under `prefix` are live (nothing written); else `key` is set to `value` (expiring
+        after `ttl`) and "set". A key that is deleted or expires frees its place. However many
+        callers race, in this process or in others sharing the store, no more than `cap` keys
+        under `prefix` ever get "set" at once: the check and the write are one step. (Pairing
+        uses it for its pending-code cap and its approval attempts.)
+        """
 
     @abstractmethod
     async def delete(self, *keys: str) -> None: ...

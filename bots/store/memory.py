@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from botweave.store.base import Store
+from botweave.store.base import CappedSet, Store
 
 Clock = Callable[[], float]
 
@@ -50,6 +50,17 @@ class MemoryStore(Store):
             return False
         self._data[key] = _Entry(value, self._expiry(ttl))
         return True
+
+    async def set_if_absent_capped(
+        self, key: str, value: str, *, prefix: str, cap: int, ttl: float | None = None
+    ) -> CappedSet:
+        # No await between the check and the write: atomic within the event loop.
+        if self._live(key) is not None:
+            return "exists"
+        if sum(1 for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None) >= cap:
+            return "full"
+        self._data[key] = _Entry(value, self._expiry(ttl))
+        return "set"
 
     async def delete(self, *keys: str) -> None:
         for key in keys:

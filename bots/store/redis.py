@@ -11,7 +11,7 @@ import logging
 import uuid
 from typing import Any
 
-from botweave.store.base import Store, StoreUnavailable, redact_url
+from botweave.store.base import CappedSet, Store, StoreUnavailable, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,39 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return redis.call('ZCARD', KEYS[1])
+"""
+
+# KEYS[1] the key, KEYS[2] the index of the keys this script put under the prefix (a set kept
+# outside the prefix, living as long as its longest-lived member). The index is pruned of keys
+# that were deleted or expired, then counted; the cap is small, so the loop is short.
+_SET_IF_ABSENT_CAPPED = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 'exists'
+end
+local live = 0
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('EXISTS', member) == 1 then
+    live = live + 1
+  else
+    redis.call('SREM', KEYS[2], member)
+  end
+end
+if live >= tonumber(ARGV[2]) then
+  return 'full'
+end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+local left = redis.call('PTTL', KEYS[2])
+redis.call('SADD', KEYS[2], KEYS[1])
+if ARGV[3] == '' then
+  redis.call('PERSIST', KEYS[2])
+elseif left ~= -1 and left < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+return 'set'
 """
 
 
@@ -60,6 +93,7 @@ class RedisStore(Store):
         self._redis: Any = Redis(connection_pool=pool)
         self._incr = self._redis.register_script(_INCR)
         self._window = self._redis.register_script(_WINDOW_ADD)
+        self._capped = self._redis.register_script(_SET_IF_ABSENT_CAPPED)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -92,6 +126,16 @@ class RedisStore(Store):
 
     async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
         return bool(await self._redis.set(self._k(key), value, px=_ms(ttl), nx=True))
+
+    async def set_if_absent_capped(
+        self, key: str, value: str, *, prefix: str, cap: int, ttl: float | None = None
+    ) -> CappedSet:
+        ttl_ms = _ms(ttl)
+        index = self.prefix + "capped-index:" + prefix
+        outcome = await self._capped(
+            keys=[self._k(key), index], args=[value, cap, "" if ttl_ms is None else ttl_ms]
+        )
+        return "set" if outcome == "set" else "exists" if outcome == "exists" else "full"
 
     async def delete(self, *keys: str) -> None:
         if keys:
