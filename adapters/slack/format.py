@@ -4,7 +4,9 @@ Inbound, Slack encodes mentions, channel links and URLs as `<...>` tokens and HT
 `&`, `<` and `>`; an agent should read `@Alice` and plain text instead. Outbound, models write
 CommonMark, which Slack does not render: it is converted to mrkdwn with the maintained
 `markdown-to-mrkdwn` converter and the three characters Slack reserves are escaped, except
-inside the `<...>` tokens the converter produced (links) or the model wrote (mentions).
+inside the `<...>` tokens the converter produced (links) or the model wrote (mentions). What
+the model wrote outside Markdown syntax reads as written: `<br>`, `&nbsp;` and `&amp;` are
+escaped like any other text, and mrkdwn has no backslash escapes, so backslashes stay.
 Reaction names are Slack short names; people and hooks prefer the emoji character itself.
 """
 
@@ -19,7 +21,6 @@ from markdown_to_mrkdwn import SlackMarkdownConverter
 # `<@U123>`, `<@U123|name>`, `<#C123|general>`, `<!here>`, `<!subteam^S1|@team>`, `<url|label>`
 _TOKEN = re.compile(r"<([^<>]+)>")
 _SLACK_CONSTRUCT = re.compile(r"<(?:[@#!]|https?://|mailto:|tel:)[^<>\s|]*(?:\|[^<>]*)?>")
-_ENTITY = re.compile(r"&(?:amp|lt|gt);")
 _SPACES = re.compile(r"[ \t]{2,}")
 _SKIN_TONE = re.compile(r"::skin-tone-([2-6])$")
 _SKIN_MODIFIERS = {"2": "\U0001f3fb", "3": "\U0001f3fc", "4": "\U0001f3fd", "5": "\U0001f3fe", "6": "\U0001f3ff"}
@@ -102,15 +103,15 @@ def escape_mrkdwn(text: str) -> str:
 
 
 def _escape_plain(segment: str, *, at_line_start: bool) -> str:
+    """Every `&`, `<` and `>` escaped, entities the model wrote included: `&amp;` written by
+    the model reads `&amp;` in Slack, not `&`."""
     lines = segment.split("\n")
     escaped = []
     for i, line in enumerate(lines):
         quote = ""
         if (i > 0 or at_line_start) and line.startswith(">"):
             quote, line = ">", line[1:]
-        line = _ENTITY.sub(lambda m: "\0" + m.group(0)[1:], line)  # keep existing entities
-        line = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\0", "&")
-        escaped.append(quote + line)
+        escaped.append(quote + line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
     return "\n".join(escaped)
 
 

@@ -1,21 +1,34 @@
-"""Model markdown as Telegram text plus entities, with plain text as the fallback.
+r"""Model markdown as Telegram text plus entities, with plain text as the fallback.
 
 Replies are sent as text + `MessageEntity` lists rather than MarkdownV2, so no escaping can ever
 break one. If the conversion fails, if the rendered text would not fit one message, or if
 Telegram rejects the entities, the original text goes out unformatted: a readable reply beats
 a pretty one that Telegram refuses.
+
+The converter (telegramify-markdown, on the pulldown-cmark parser) reads CommonMark plus
+extensions, and on its own it would eat characters the model wrote as text: inline HTML
+(`<br>` vanishes), entity references (`&nbsp;` becomes a no-break space, `&amp;` an `&`),
+backslashes (`\.` becomes `.`), `$…$` math and `||…||` spoilers, and it turns LaTeX into
+symbols. Telegram renders none of those, so `literal_markdown` first escapes them, outside
+code: the reader sees exactly what the model wrote except Markdown's own syntax (emphasis,
+code, links, lists, headings, quotes, tables). A backslash before an emphasis, code,
+strikethrough or table delimiter (`\*`, `\_`, `` \` ``, `\~`, `\|`) stays an escape, as the
+model meant it; any other backslash is a character (`\d`, `\.`, LaTeX's `\(` and `\[`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pyromark
 import telegramify_markdown
 from telegram import Bot, MessageEntity
 from telegram.error import BadRequest, TelegramError
+from telegramify_markdown.converter import STANDARD_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +38,51 @@ TELEGRAM_MAX_UTF16 = 4096
 _ENTITY_PROBLEMS = ("can't parse entities", "can't find end of", "entity", "entities")
 
 
+# A backslash escape the model meant as Markdown (of an inline delimiter), any other
+# backslash, a spoiler's `||`, and the characters that start HTML, entities and math.
+_LITERAL = re.compile(r"\\[*_`~|]|\\|\|\||[<&$]")
+
+
 def utf16_len(text: str) -> int:
     return telegramify_markdown.utf16_len(text)
+
+
+def _code_regions(markdown: str) -> list[tuple[int, int]]:
+    """UTF-8 byte ranges the parser reads as code (spans, fenced and indented blocks), where
+    every character is already literal."""
+    regions = []
+    for payload, where in pyromark.events_with_range(markdown, options=STANDARD_OPTIONS):
+        if not isinstance(payload, dict):
+            continue
+        start = payload.get("Start")
+        if (isinstance(start, dict) and "CodeBlock" in start) or "Code" in payload:
+            regions.append((where["start"], where["end"]))
+    return regions
+
+
+def _escape_literal(match: re.Match[str]) -> str:
+    found = match.group(0)
+    if len(found) == 2 and found[0] == "\\":
+        return found  # an escape of Markdown syntax: kept
+    if found == "||":
+        return "\\|\\|"
+    return "\\" + found  # `\\` for a lone backslash, `\\<`, `\\&`, `\\$`
+
+
+def literal_markdown(markdown: str) -> str:
+    """`markdown` with everything outside code that the converter would not show as written
+    escaped, so that it is shown as written (see the module docstring)."""
+    if _LITERAL.search(markdown) is None:
+        return markdown
+    data = markdown.encode("utf-8")
+    parts: list[str] = []
+    cursor = 0
+    for start, end in _code_regions(markdown):
+        parts.append(_LITERAL.sub(_escape_literal, data[cursor:start].decode("utf-8")))
+        parts.append(data[start:end].decode("utf-8"))
+        cursor = end
+    parts.append(_LITERAL.sub(_escape_literal, data[cursor:].decode("utf-8")))
+    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +96,7 @@ class Rendered:
 def render(markdown: str, bot: Bot) -> Rendered:
     """Model markdown → text + entities; the original text when that fails or would not fit."""
     try:
-        text, entities = telegramify_markdown.convert(markdown)
+        text, entities = telegramify_markdown.convert(literal_markdown(markdown), latex_escape=False)
     except Exception:  # the converter is third-party; formatting is never worth a lost reply
         log.warning("telegram: markdown conversion failed; sending plain text", exc_info=True)
         return Rendered(markdown, None)

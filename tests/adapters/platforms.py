@@ -21,7 +21,7 @@ from botweave.adapters.discord.adapter import DiscordAdapter
 from botweave.adapters.discord.config import DiscordConfig
 from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
-from botweave.adapters.slack.format import reaction_to_emoji
+from botweave.adapters.slack.format import reaction_to_emoji, unescape
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.types import BotMessage, PlatformEvent
 
@@ -248,8 +248,9 @@ class SlackDriver(PlatformDriver):
         return self.emu.find(self.chat, message_id)
 
     def text_of(self, message_id: str) -> str | None:
+        """What Slack shows: mrkdwn's three escaped characters as themselves."""
         message = self._message(message_id)
-        return message["text"] if message else None
+        return unescape(message["text"]) if message else None
 
     def reactions_on(self, message_id: str) -> list[str]:
         message = self._message(message_id) or {}

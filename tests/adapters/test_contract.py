@@ -23,6 +23,15 @@ async def test_send_returns_an_id_and_the_platform_shows_the_text(platform: Plat
     assert platform.said(sent.message_id)[1] == "hello from the contract"
 
 
+async def test_text_outside_markdown_syntax_reads_as_written(platform: PlatformDriver) -> None:
+    """Markdown rendering never loses what the model wrote as text: HTML-looking tags, entity
+    references, dollars, pipes and backslashes read exactly so on every platform."""
+    written = r"use <br> or &nbsp; in HTML: &amp; &lt;b&gt; R&D, $5 a || b, C:\Users\ann and \d+\.\d+"
+    sent = await platform.adapter.send(platform.chat, written)
+    assert sent.ok and sent.message_id
+    assert platform.text_of(sent.message_id) == written
+
+
 async def test_edit_replaces_the_text_or_is_unsupported(platform: PlatformDriver) -> None:
     sent = await platform.adapter.send(platform.chat, "draft")
     assert sent.message_id

@@ -53,6 +53,35 @@ async def test_markdown_is_sent_as_text_plus_entities(tg):
     assert kinds == {"bold", "code", "text_link"}
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        "use <br> or &nbsp; in HTML",
+        "AT&T and R&D, &amp; &lt;tag&gt; &copy; &#169;",
+        r"regex \d+\.\d+, path C:\Users\ann, a lone \ and \\server\share",
+        r"LaTeX \(x^2\) and \[\frac{1}{2}\] stay as written",
+        "prices $5 and $x$, a || b || c, <https://example.org> <b>not bold</b>",
+        "a line ending in a backslash \\\nand the next line",
+    ],
+)
+async def test_text_outside_markdown_syntax_arrives_as_written(tg, written):
+    emu, adapter = tg
+    assert (await adapter.send("1", written)).ok
+    (call,) = emu.calls_to("sendMessage")
+    assert call.params["text"] == written
+    assert emu.sent(1)[-1]["text"] == written
+
+
+async def test_markdown_around_literal_text_still_renders(tg):
+    emu, adapter = tg
+    written = "**Use** `<br>` or &nbsp; in *HTML*:\n\n```html\n<p>a &amp; b</p>\n```\n\\*not italic\\*"
+    assert (await adapter.send("1", written)).ok
+    (call,) = emu.calls_to("sendMessage")
+    assert call.params["text"] == "Use <br> or &nbsp; in HTML:\n\n<p>a &amp; b</p>\n*not italic*"
+    kinds = [e["type"] for e in call.params["entities"]]
+    assert kinds == ["bold", "code", "italic", "pre"]
+
+
 async def test_rejected_formatting_falls_back_to_plain_text(tg):
     emu, adapter = tg
     emu.fail("sendMessage", description="Bad Request: can't parse entities: unsupported start tag")
