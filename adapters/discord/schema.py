@@ -88,7 +88,8 @@ REACTION = Schema("reaction").define(
 )
 REFERENCE = Schema("message reference").define(
     {"message_id": NUMERIC_ID, "channel_id": NUMERIC_ID, "guild_id": NUMERIC_ID, "type": INT,
-     "fail_if_not_exists": BOOL}
+     "fail_if_not_exists": BOOL},
+    required=("channel_id",),
 )
 THREAD = Schema("thread").define(
     {"id": NUMERIC_ID, "parent_id": NUMERIC_ID, "guild_id": NUMERIC_ID, "owner_id": NUMERIC_ID, "name": STR,
