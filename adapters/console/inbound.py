@@ -13,6 +13,7 @@ import threading
 from typing import TextIO
 
 from botweave.adapter import Adapter
+from botweave.payload import clean_text
 from botweave.tasks import TaskOwner
 from botweave.types import BotChannel, BotMessage, BotUser
 
@@ -59,7 +60,7 @@ class ConsoleInbound:
     def message(self, text: str) -> BotMessage:
         return BotMessage(
             message_id=str(next(self._ids)),
-            content=text,
+            content=clean_text(text),  # bytes a terminal could not decode arrive as lone surrogates
             sender=self._user,
             channel=self._channel,
             platform=self._adapter.platform,

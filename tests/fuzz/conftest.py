@@ -19,6 +19,6 @@ _SHARED = {
     "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
     "print_blob": True,
 }
-settings.register_profile("ci", max_examples=120, derandomize=True, database=None, **_SHARED)
+settings.register_profile("ci", max_examples=250, derandomize=True, database=None, **_SHARED)
 settings.register_profile("long", max_examples=5000, **_SHARED)
 settings.load_profile(os.environ.get("BOTWEAVE_FUZZ_PROFILE", "ci"))
