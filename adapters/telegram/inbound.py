@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
+from botweave.tasks import failure_line
 from botweave.types import (
     META_MENTIONS_BOT,
     META_REPLY_TO_BOT,
@@ -550,8 +551,9 @@ class TelegramInbound:
             self._on_callback_query(update.callback_query.id)
         try:
             items = self.normalise(update)
-        except Exception:
-            log.exception("telegram: skipped update %s that could not be normalised", update.update_id)
+        except Exception as exc:  # noqa: BLE001 - the last net (updates are sanitised first): one line
+            log.error("telegram: skipped update %s that could not be normalised (%s)", update.update_id,
+                      failure_line(exc))
             return
         for item in items:
             if not await self._adapter.dispatch(item) and strict:
