@@ -211,11 +211,18 @@ class SlackAdapter(Adapter):
         log.info("slack: Events API listening on %s:%s%s", self.config.http_host, self.http_port, self.config.http_path)
 
 
+def _quiet_unhandled(record: logging.LogRecord) -> bool:
+    """Bolt's "Unhandled request" warning spans lines, suggests code and carries the request
+    body (people's messages); the endpoint logs its own line for such a request instead."""
+    return not str(record.msg).startswith("Unhandled request")
+
+
 def _bolt_logger() -> logging.Logger:
     """Bolt's logger: a request bolt could not route (a shape it did not expect) is logged in
     one line, not with a traceback."""
     logger = logging.getLogger("botweave.adapters.slack.bolt")
     logger.addFilter(ONE_LINE_FAILURES)
+    logger.addFilter(_quiet_unhandled)
     return logger
 
 

@@ -12,7 +12,8 @@ slack-bolt before it is signed and usable:
 4. signed, but not a body the app can use (not UTF-8, not a JSON object or a form, nested too
    deep, no event `type` / slash command) → 400;
 5. otherwise the body, sanitised (`schema.sanitise_body`: wrong-typed fields are absent), goes
-   to bolt, which routes it to the listeners and acknowledges.
+   to bolt, which routes it to the listeners and acknowledges; a kind of request no listener
+   takes (an interaction, with no buttons here) or one bolt fails to read is a 400 too.
 
 Bolt's own signature check is off: it would verify the body as bolt receives it, which is the
 sanitised one, re-encoded.
@@ -160,6 +161,9 @@ class EventsEndpoint:
             )
         except Exception as exc:  # noqa: BLE001 - bolt itself failed on a body it was given
             log.error("slack: a signed request from %s could not be handled (%s)", client, failure_line(exc))
+            return web.Response(status=400, text="bad request")
+        if response.status == 404:  # a kind of request no listener takes
+            log.info("slack: signed request from %s that nothing here handles; answered 400", client)
             return web.Response(status=400, text="bad request")
         if response.status == 500:  # bolt's answer when reading the body failed (it logged why)
             return web.Response(status=400, text="bad request")

@@ -195,8 +195,7 @@ def test_the_endpoint_verifies_before_parsing_and_answers_every_request() -> Non
                 if signed != SIGNED:
                     assert status == 401, status
                 else:
-                    # 404: bolt has no listener for a (signed, well-formed) kind of request
-                    assert status in (200, 400, 404), status
+                    assert status in (200, 400), status
                 runner.run(_settled(adapter))
                 for item in received[before:]:
                     assert_well_formed(item)
