@@ -100,6 +100,11 @@ class Adapter(ABC):
     async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
         return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot react")
 
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """Open a thread named `name` in a chat (from `message_id` where the platform starts
+        threads on a message); on ok, `thread_id` is where later posts go."""
+        return MessageActionResult("unsupported", chat_id, f"{self.platform} cannot create threads")
+
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         """A reply is complete (its streamed edits included); the console ends its line here."""
 
