@@ -25,7 +25,7 @@ CHAT_ID = "console"
 class ConsoleAdapter(Adapter):
     platform = "console"
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
-        max_message_length=None, can_react=False, markdown="none"
+        max_message_length=None, can_react=True, threads=True, markdown="none"
     )
 
     def __init__(
@@ -99,6 +99,8 @@ class ConsoleAdapter(Adapter):
     ) -> MessageActionResult:
         self._end_line()
         message_id = f"out-{next(self._ids)}"
+        if thread_id:
+            text = f"[{thread_id}] {text}"
         self._write(text)
         self._open_line = True
         self._shown[message_id] = text
@@ -130,4 +132,19 @@ class ConsoleAdapter(Adapter):
     async def delete(self, chat_id: str, message_id: str) -> MessageActionResult:
         if self._shown.pop(message_id, None) is None:
             return MessageActionResult("failed", chat_id, "message to delete not found")
+        self._end_line()
+        self._write(f"(deleted {message_id})\n")
         return MessageActionResult("ok", chat_id)
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> MessageActionResult:
+        """A terminal cannot decorate an earlier line, so a reaction is a line of its own."""
+        self._end_line()
+        self._write(f"(reacted {emoji} to {message_id})\n")
+        return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """A labelled line; later posts into the thread carry its id in front."""
+        thread_id = f"thread-{next(self._ids)}"
+        self._end_line()
+        self._write(f"── {thread_id}: {name} ──\n")
+        return MessageActionResult("ok", chat_id, "thread created", thread_id=thread_id)

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_LENGTH = 2000
 #: Discord tolerates roughly 5 edits per 5 s per channel; one per second keeps streams smooth.
 EDIT_FLOOR_MS = 1000
+PUBLIC_THREAD = 11
+#: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
+_NO_THREADS_HERE = frozenset({50003, 50024})
 
 
 class DiscordOutbound(Adapter):
@@ -85,6 +88,29 @@ class DiscordOutbound(Adapter):
         except Exception as exc:  # noqa: BLE001
             return _failure(chat_id, "react", exc)
         return MessageActionResult("ok", chat_id, message_id=message_id)
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """A public thread: on the message that prompted it when there is one (Discord then
+        shows the thread under that message), else a thread of its own in the channel. The
+        REST routes are used directly, so no cached channel object is needed."""
+        title = name.strip()[:100] or "Thread"
+        http = self.client.http
+        try:
+            if message_id:
+                data = await http.start_thread_with_message(
+                    int(chat_id), int(message_id), name=title, auto_archive_duration=1440
+                )
+            else:
+                data = await http.start_thread_without_message(
+                    int(chat_id), name=title, auto_archive_duration=1440, type=PUBLIC_THREAD
+                )
+        except discord.HTTPException as exc:
+            if exc.code in _NO_THREADS_HERE:
+                return MessageActionResult("unsupported", chat_id, f"create_thread: {exc.text or exc.status}")
+            return _failure(chat_id, "create_thread", exc)
+        except Exception as exc:  # noqa: BLE001
+            return _failure(chat_id, "create_thread", exc)
+        return MessageActionResult("ok", chat_id, "thread created", thread_id=str(data["id"]))
 
     async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
         try:

@@ -422,6 +422,20 @@ class SlackAdapter(Adapter):
         name = emoji_to_reaction(emoji)
         return await self._call("reactions_add", chat_id, channel=chat_id, timestamp=message_id, name=name)
 
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """Slack has no thread objects: a thread is the replies under a message. So a thread
+        is opened by posting its name as a new message in the channel, whose ts is the
+        thread's id; posts into `slack:<channel>:<ts>` are then replies under it. Replying
+        under the message that prompted it would need no post, but could not carry the name,
+        so `message_id` is not used."""
+        result = await self.send(chat_id, f"🧵 **{name.strip() or 'Thread'}**")
+        if not result.ok or result.message_id is None:
+            return result
+        return MessageActionResult(
+            "ok", chat_id, "thread opened by its first message", message_id=result.message_id,
+            message_ids=(result.message_id,), thread_id=result.message_id,
+        )
+
     async def _call(self, method: str, chat_id: str, **kwargs: Any) -> MessageActionResult:
         """An idempotent Web API call reported as a MessageActionResult, never raised."""
         assert self._client is not None

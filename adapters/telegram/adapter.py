@@ -517,6 +517,29 @@ class TelegramAdapter(Adapter):
 
         return await self._act(chat_id, message_id, "react", set_reaction)
 
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """A forum topic (createForumTopic). Only forum supergroups have topics, so anywhere
+        else this is `unsupported`; Telegram does not start topics from a message, so
+        `message_id` is not used."""
+        if self._application is None:
+            return MessageActionResult("no_route", chat_id, "create_thread: the Telegram adapter is not started")
+        bot = self._application.bot
+        title = name.strip()[:128] or "Thread"
+
+        async def create(target: str) -> Any:
+            return await bot.create_forum_topic(chat_id=_as_chat(target), name=title)
+
+        try:
+            topic = await self._with_migration(
+                chat_id,
+                lambda target: self.outbound.call(target, lambda: create(target), idempotent=False, new_message=True),
+            )
+        except TelegramError as exc:
+            if "not a forum" in exc.message.lower() or "chat_not_forum" in exc.message.lower():
+                return MessageActionResult("unsupported", chat_id, f"create_thread: {exc.message}")
+            return failure(exc, chat_id, "create_thread")
+        return MessageActionResult("ok", chat_id, "forum topic created", thread_id=str(topic.message_thread_id))
+
     async def _act(
         self, chat_id: str, message_id: str, action: str, call: Callable[[str], Awaitable[Any]]
     ) -> MessageActionResult:
