@@ -17,6 +17,7 @@ from botweave.config import (
     AgentConfig,
     BotConfig,
     ConfigError,
+    NetworkConfig,
     PlatformConfig,
     RouteConfig,
     Section,
@@ -25,9 +26,12 @@ from botweave.config import (
     substitute_env,
 )
 from botweave.policies.config import AdmissionConfig
+from botweave.policies.egress import EgressPolicy
 from botweave.push.preferences import PushConfig, parse_push_config
 from botweave.rooms.config import RoomConfig
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.schedules import ScheduleConfig
+from botweave.tools import BUILTINS
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
 
 log = logging.getLogger(__name__)
@@ -49,7 +53,8 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     rooms: dict[str, Any] = Field(default_factory=dict)
     push: dict[str, Any] = Field(default_factory=dict)
-    schedules: dict[str, Any] = Field(default_factory=dict)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
@@ -73,7 +78,51 @@ class Config(Section):
                     f"rooms.{name}.roster: {', '.join(missing)} not defined under `agents:`; "
                     f"defined agents: {', '.join(sorted(self.agents))}"
                 )
+        for name, schedule in self.schedules.items():
+            if schedule.agent not in self.agents:
+                raise ValueError(
+                    f"schedules.{name}.agent: unknown agent {schedule.agent!r}; defined agents: "
+                    + ", ".join(sorted(self.agents))
+                )
+        self._check_network()
+        self._check_tools()
         return self
+
+    def egress_policy(self, agent: str) -> EgressPolicy:
+        """The network policy `agent`'s tools live under: its own `network:`, else the global one."""
+        return EgressPolicy.from_config(self.agents[agent].network or self.network)
+
+    def _check_network(self) -> None:
+        blocks = [("network", self.network)] + [
+            (f"agents.{name}.network", agent.network) for name, agent in self.agents.items() if agent.network
+        ]
+        for where, block in blocks:
+            for field in ("allow_hosts", "deny_hosts"):
+                for index, entry in enumerate(getattr(block, field)):
+                    try:
+                        EgressPolicy([entry])
+                    except ValueError as exc:
+                        raise ValueError(f"{where}.{field}.{index}: {exc}") from None
+
+    def _check_tools(self) -> None:
+        servers: dict[str, tuple[str, Any]] = {}
+        for agent_name, agent in self.agents.items():
+            for index, entry in enumerate(agent.tools):
+                where = f"agents.{agent_name}.tools.{index}"
+                if entry.kind == "builtin" and entry.name not in BUILTINS:
+                    raise ValueError(f"{where}: unknown built-in tool {entry.name!r}; built-ins: {', '.join(BUILTINS)}")
+                if entry.kind != "mcp":
+                    continue
+                name, server = entry.server
+                if "__" in name or not name.strip():
+                    raise ValueError(f"{where}.mcp: name the server without `__` (its tools are called {name}__TOOL)")
+                seen = servers.setdefault(name, (where, server))
+                if seen[1] != server:
+                    raise ValueError(f"{where}.mcp.{name}: defined differently at {seen[0]}; one name, one server")
+                if server.url is not None:
+                    refusal = self.egress_policy(agent_name).refusal(server.url)
+                    if refusal is not None:
+                        raise ValueError(f"{where}.mcp.{name}.url: {refusal}")
 
     @cached_property
     def room_configs(self) -> dict[str, RoomConfig]:
