@@ -206,6 +206,13 @@ def find_config(explicit: str | None) -> Path | None:
 
 
 BUILTIN_CONFIG: dict[str, Any] = {
-    "agents": {"assistant": {"model": "offline/echo", "instructions": "You are a helpful assistant."}},
+    "agents": {
+        "assistant": {
+            "model": "offline/echo",
+            "instructions": "You are a helpful assistant.",
+            # Try one with `call react {"emoji": "👍"}`: offline/echo calls tools on request.
+            "tools": ["send_message", "react", "edit_message", "delete_message", "create_thread", "fetch_url"],
+        }
+    },
     "platforms": {"console": {}},
 }

@@ -8,17 +8,23 @@ import yaml
 from botweave.runtime.config import Config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import redact_url
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
+#: Mappings whose values are secrets (an MCP server's environment and HTTP headers).
+_MASKED_MAPS = frozenset({"env", "headers"})
 
 
 def _masked(value: Any, key: str = "") -> Any:
     if isinstance(value, SecretStr):
         return MASK if value.get_secret_value() else ""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_none=True)
     if key in _MASKED_FIELDS and value:
         return MASK
+    if key in _MASKED_MAPS and isinstance(value, dict):
+        return {k: MASK for k in value}
     if isinstance(value, dict):
         return {k: _masked(v, str(k)) for k, v in value.items()}
     if isinstance(value, list):
@@ -37,6 +43,8 @@ def dump_config(config: Config) -> str:
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
     data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
+    if config.network.allow_hosts or config.network.deny_hosts:
+        data["network"] = _masked(config.network)
     for extra in ("rooms", "push", "schedules"):
         if getattr(config, extra):
             data[extra] = _masked(getattr(config, extra))

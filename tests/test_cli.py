@@ -32,6 +32,20 @@ def test_chat_through_a_pipe_answers_resets_and_exits_cleanly_on_eof():
     assert "Traceback" not in result.stderr
 
 
+def test_chat_shows_tools_working_with_no_key():
+    script = 'call react {"emoji": "👍"}\ncall send_message {"target": "origin", "text": "an extra message"}\n'
+    result = botweave("chat", stdin=script)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "(reacted 👍 to 1)"
+    assert lines[1] == (
+        'assistant (offline echo): react returned {"status": "ok", "target": "console:console", '
+        '"message_ids": ["1"], "detail": ""}'
+    )
+    assert lines[2] == "an extra message"
+    assert lines[3].startswith('assistant (offline echo): send_message returned {"status": "ok"')
+
+
 def test_chat_uses_the_example_config_by_default(tmp_path):
     (tmp_path / "bot.yaml.example").write_text((ROOT / "bot.yaml.example").read_text())
     result = botweave("chat", stdin="/status\n", cwd=tmp_path)
