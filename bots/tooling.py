@@ -156,8 +156,9 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
     timeout = tool.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
     try:
         arguments = parse_arguments(call.arguments)
-        value = await asyncio.wait_for(tool.call(arguments, context), timeout)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(timeout):
+            value = await tool.call(arguments, context)
+    except TimeoutError:
         log.warning("agent %s: tool %s timed out after %.1fs", context.agent, call.name, timeout)
         return error_text(f"{call.name} timed out after {timeout:g}s")
     except ToolRefused as exc:
@@ -176,5 +177,8 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
 
 async def run_round(calls: Sequence[ToolCall], tools: Mapping[str, Tool], context: ToolContext) -> list[dict[str, Any]]:
     """Run one round's calls concurrently; their `tool` messages, in the order of the calls."""
-    outputs = await asyncio.gather(*(run_call(call, tools, context) for call in calls))
+    if len(calls) == 1:  # the common case needs no task of its own
+        outputs = [await run_call(calls[0], tools, context)]
+    else:
+        outputs = list(await asyncio.gather(*(run_call(call, tools, context) for call in calls)))
     return [{"role": "tool", "tool_call_id": call.id, "content": output} for call, output in zip(calls, outputs)]

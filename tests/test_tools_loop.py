@@ -199,3 +199,21 @@ async def test_history_written_before_turns_were_whole_is_repaired_on_load():
     await history.reset("conv")
     await history.append("conv", 10, call, {"role": "assistant", "content": "answer without the result"})
     assert await history.load("conv", 10) == [{"role": "assistant", "content": "answer without the result"}]
+
+
+def test_the_readme_python_tool_works_as_shown():
+    import re
+    import types
+    from pathlib import Path
+
+    from botweave.tools import function_tool
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(# mytools\.py.*?)```", readme, re.DOTALL).group(1)
+    assert len(code.strip().splitlines()) <= 10
+    module = types.ModuleType("mytools")
+    exec(compile(code, "mytools.py", "exec"), module.__dict__)
+    made = function_tool(module.weather)
+    assert made.description == "Current weather for a city."
+    assert made.parameters["properties"]["city"]["description"] == 'The city\'s name, e.g. "Lisbon".'
+    assert made.parameters["required"] == ["city"]
