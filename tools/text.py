@@ -17,6 +17,8 @@ _BLOCK = frozenset({
     "figure", "footer", "form", "header", "hr", "main", "nav", "ol", "p", "pre", "section", "summary", "table",
     "tbody", "thead", "tfoot", "tr", "ul", "li", "h1", "h2", "h3", "h4", "h5", "h6", "br", "body", "html",
 })
+#: Elements that start a line but do not set a paragraph apart.
+_LINE = frozenset({"li", "tr", "dt", "dd", "br"})
 _VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "area", "base", "col", "embed", "source", "track", "wbr"})
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 _BLANKS = re.compile(r"\n{3,}")
@@ -67,7 +69,7 @@ class _Reader(HTMLParser):
             return
         if tag == "pre":
             self._pre = max(0, self._pre - 1)
-        if tag in _BLOCK:
+        if tag in _BLOCK and tag not in _LINE:
             self.parts.append("\n")
 
     def handle_data(self, data: str) -> None:

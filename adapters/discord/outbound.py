@@ -8,7 +8,7 @@ adding a second layer that would fight them. Every action reports a `MessageActi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import discord
 from botweave.adapter import Adapter
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_LENGTH = 2000
 #: Discord tolerates roughly 5 edits per 5 s per channel; one per second keeps streams smooth.
 EDIT_FLOOR_MS = 1000
-PUBLIC_THREAD = 11
+PUBLIC_THREAD: Literal[11] = 11
 #: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
 _NO_THREADS_HERE = frozenset({50003, 50024})
 
