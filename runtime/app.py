@@ -203,7 +203,11 @@ class App:
         """Connect the MCP servers agents use, then offer their tools to those agents."""
         await self.tools.start()
         for name, agent in self.agents.items():
-            agent.tools.update(self.tools.server_tools(name))
+            for tool_name, tool in self.tools.server_tools(name).items():
+                if tool_name in agent.tools:
+                    log.warning("agent %s: MCP tool %s has the name of another tool; not offered", name, tool_name)
+                    continue
+                agent.tools[tool_name] = tool
 
     def _bot_config(self, platform: str) -> BotConfig:
         return self._platform_configs.get(platform) or self.config.bot_config_for(platform)

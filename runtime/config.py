@@ -31,7 +31,7 @@ from botweave.push.preferences import PushConfig, parse_push_config
 from botweave.rooms.config import RoomConfig
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.schedules import ScheduleConfig
-from botweave.tools import BUILTINS
+from botweave.tools import BUILTINS, load_python_tools
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,11 @@ class Config(Section):
                 where = f"agents.{agent_name}.tools.{index}"
                 if entry.kind == "builtin" and entry.name not in BUILTINS:
                     raise ValueError(f"{where}: unknown built-in tool {entry.name!r}; built-ins: {', '.join(BUILTINS)}")
+                if entry.kind == "python":
+                    try:  # imports the module, so `botweave check` catches a mistyped one
+                        load_python_tools(entry.python or "")
+                    except ValueError as exc:
+                        raise ValueError(f"{where}.python: {exc}") from None
                 if entry.kind != "mcp":
                     continue
                 name, server = entry.server

@@ -217,3 +217,24 @@ def test_the_readme_python_tool_works_as_shown():
     assert made.description == "Current weather for a city."
     assert made.parameters["properties"]["city"]["description"] == 'The city\'s name, e.g. "Lisbon".'
     assert made.parameters["required"] == ["city"]
+
+
+def test_a_python_tool_that_cannot_be_found_is_named_at_load_time(llm):
+    from botweave import ConfigError
+
+    for reference, problem in (
+        ("tests.nowhere:weather", "agents.remote.tools.0.python: cannot import module 'tests.nowhere'"),
+        ("tests.tooldemo:sunshine", "agents.remote.tools.0.python: module 'tests.tooldemo' has no function 'sunshine'"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            make_app(llm, [{"python": reference}])
+        assert problem in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        make_app(llm, ["teleport"])
+    assert "agents.remote.tools.0: unknown built-in tool 'teleport'; built-ins: send_message, react" in str(caught.value)
+
+
+def test_a_module_star_offers_every_marked_function(llm):
+    app, _ = make_app(llm, [{"python": "tests.tooldemo:*"}])
+    assert sorted(app.agents["remote"].tools) == ["explode", "nap", "slow_lookup", "weather", "whoami"]
+    assert app.agents["remote"].tools["slow_lookup"].timeout_seconds == 0.2

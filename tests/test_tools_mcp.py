@@ -115,3 +115,10 @@ async def test_a_server_that_cannot_be_reached_leaves_the_bot_running_without_it
     app = await start_app(config(llm, {"gone": {"url": url, "startup_timeout_seconds": 5}}, network={"allow_hosts": ["127.0.0.1"]}))
     assert app.agents["remote"].tools == {}
     assert "MCP server gone did not start" in caplog.text
+
+
+def test_tool_names_are_made_acceptable_to_providers():
+    from botweave.tools.mcp import tool_name
+
+    assert tool_name("files", "read.file") == "files__read_file"
+    assert len(tool_name("files", "x" * 100)) == 64

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,13 @@ log = logging.getLogger(__name__)
 
 SEPARATOR = "__"
 STOP_TIMEOUT_SECONDS = 10.0
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def tool_name(server: str, tool: str) -> str:
+    """`<server>__<tool>`, in the characters (and 64-character length) providers accept for
+    function names; an MCP tool may be called `read.file`."""
+    return _NOT_IN_NAMES.sub("_", f"{server}{SEPARATOR}{tool}")[:64]
 
 
 class McpTool:
@@ -33,7 +41,7 @@ class McpTool:
     def __init__(self, server: McpServer, tool: Any, timeout_seconds: float | None = None) -> None:
         self.server = server
         self.remote_name: str = tool.name
-        self.name = f"{server.name}{SEPARATOR}{tool.name}"
+        self.name = tool_name(server.name, tool.name)
         self.description: str = tool.description or tool.title or tool.name
         schema = dict(tool.input_schema or {})
         schema.setdefault("type", "object")
@@ -112,7 +120,10 @@ class McpServer:
             self.error = f"{type(exc).__name__}: {exc}"
         if self.error is not None:
             log.error("MCP server %s did not start (%s); its tools are unavailable", self.name, self.error)
-            await self.stop()
+            task, self._task = self._task, None
+            if task is not None:  # still trying to connect, perhaps: it will not be waited for
+                task.cancel()
+                await asyncio.wait({task}, timeout=STOP_TIMEOUT_SECONDS)
             return
         log.info("MCP server %s: %d tools", self.name, len(self.tools))
 

@@ -214,11 +214,19 @@ def load_python_tools(reference: str, *, timeout_seconds: float | None = None) -
         raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
     attribute = attribute.strip()
     if attribute == "*":
-        marked = [value for value in vars(module).values() if callable(value) and hasattr(value, MARK)]
-        if not marked:
+        functions = [value for value in vars(module).values() if callable(value) and hasattr(value, MARK)]
+        if not functions:
             raise ValueError(f"module {module_name!r} has no function marked with @tool")
-        return [function_tool(fn, timeout_seconds=timeout_seconds) for fn in marked]
-    function = getattr(module, attribute, None)
-    if function is None or not callable(function):
-        raise ValueError(f"module {module_name!r} has no function {attribute!r}")
-    return [function_tool(function, timeout_seconds=timeout_seconds)]
+    else:
+        function = getattr(module, attribute, None)
+        if function is None or not callable(function):
+            raise ValueError(f"module {module_name!r} has no function {attribute!r}")
+        functions = [function]
+    made = []
+    for function in functions:
+        try:
+            made.append(function_tool(function, timeout_seconds=timeout_seconds))
+        except Exception as exc:  # unresolvable hints, a type pydantic cannot describe, ...
+            name = getattr(function, "__name__", attribute)
+            raise ValueError(f"{module_name}:{name} cannot be described as a tool: {exc}") from None
+    return made
