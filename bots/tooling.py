@@ -165,7 +165,8 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
         log.warning("agent %s: tool %s refused: %s", context.agent, call.name, exc)
         return error_text(str(exc))
     except ToolError as exc:
-        log.info("agent %s: tool %s failed: %s", context.agent, call.name, exc)
+        # The tool's message may quote what it was given (a URL with a token in it, say).
+        log.info("agent %s: tool %s reported an error", context.agent, call.name)
         return error_text(str(exc))
     except Exception as exc:  # a broken tool must not end the turn
         # The exception's text may repeat the arguments, so only its type is logged.

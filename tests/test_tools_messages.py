@@ -241,3 +241,42 @@ async def test_console(llm) -> None:
         f"(deleted {script.results['send_message'][0]['message_ids'][0]})",
         "All done.",
     ]
+
+
+# --- delivery's hooks see what tools post -------------------------------------------------------
+
+
+async def test_message_sending_hooks_rewrite_and_cancel_what_tools_post(llm) -> None:
+    from botweave.hooks import HookEvent
+
+    from tests.support import RecordingAdapter, message
+
+    app = App.from_config({"bot": {"unknown_user_policy": "allow"}, "agents": agents(llm)})
+    adapter = RecordingAdapter()
+    app.add_adapter(adapter)
+    seen: list[dict[str, Any]] = []
+
+    def redact(event: HookEvent) -> bool:
+        seen.append(event.payload)
+        if event.text and "forbidden" in event.text:
+            return False
+        event.text = (event.text or "").replace("secret", "[redacted]")
+        return True
+
+    app.hooks.register("message_sending", redact)
+    llm.queue_tool_calls(
+        tool_call("send_message", {"target": "test:c2", "text": "the secret plan"}),
+        tool_call("send_message", {"target": "test:c3", "text": "forbidden words"}),
+    )
+    llm.on_request = lambda body: (
+        [tool_call("edit_message", {"message_id": json.loads(body["messages"][-2]["content"])["message_ids"][0],
+                                    "text": "a secret edit", "target": "test:c2"})]
+        if len(body["messages"]) == 5 else "ok"
+    )
+    await app.handle(message("go", chat_id="c1"))
+    llm.assert_tool_protocol()
+    assert [(s.chat_id, s.text) for s in adapter.sent] == [("c2", "the [redacted] plan"), ("c1", "ok")]
+    assert [text for _, text in adapter.edits] == ["a [redacted] edit"]
+    refused = llm.tool_output(llm.issued_calls[1].id)
+    assert refused["status"] == "failed" and refused["detail"] == "cancelled by a message_sending hook"
+    assert [p["chat_id"] for p in seen] == ["c2", "c3", "c2", "c1"]
