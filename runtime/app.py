@@ -159,7 +159,8 @@ class App:
         per platform, by leader lock), `worker` answers from the stream, `all` does both.
         """
         await self.store.connect()
-        await self._start_tools()
+        if self.role != "ingress":  # an ingress process never runs a turn
+            await self._start_tools()
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
