@@ -169,3 +169,36 @@ def test_room_list_and_run_now(tmp_path):
     assert "Good morning!" in ran.stdout
     unknown = botweave("room", "run", "nosuch", "--config", str(config))
     assert unknown.returncode == 1 and "unknown room 'nosuch'" in unknown.stderr
+
+
+SCHEDULE_CONFIG = """
+agents:
+  reporter: {model: offline/echo}
+platforms: {console: {}}
+schedules:
+  digest:
+    cron: "30 7 * * *"
+    timezone: Asia/Tokyo
+    agent: reporter
+    prompt: What happened overnight?
+    target: console:console
+  nowhere:
+    cron: "@daily"
+    agent: reporter
+    prompt: Hello?
+    target: telegram:42
+"""
+
+
+def test_schedule_list_and_run_now(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text(SCHEDULE_CONFIG)
+    listed = botweave("schedule", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("digest  agent: reporter  cron: 30 7 * * * (Asia/Tokyo)  target: console:console  next: ")
+    assert listed.stdout.splitlines()[0].endswith("T07:30:00+09:00")  # Tokyo time
+    ran = botweave("schedule", "run", "digest", "--config", str(config))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "reporter (offline echo) heard: [schedule digest] What happened overnight?"
+    failed = botweave("schedule", "run", "nowhere", "--config", str(config))
+    assert failed.returncode == 1 and "schedule nowhere failed: target 'telegram:42' does not resolve" in failed.stderr
