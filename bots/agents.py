@@ -210,6 +210,7 @@ class Agent:
             request["tools"] = [schema_of(tool) for tool in self.tools.values()]
             if last_round:
                 request["tool_choice"] = "none"
+                request["drop_params"] = True  # a provider without tool_choice still answers in words
         if self.config.temperature is not None:
             request["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:

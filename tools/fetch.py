@@ -81,7 +81,8 @@ class FetchUrl:
         raise ToolError(f"fetch_url: more than {MAX_REDIRECTS} redirects")
 
     async def _read(self, response: aiohttp.ClientResponse, url: str) -> str:
-        kind = response.content_type or ""
+        # aiohttp reports application/octet-stream when there is no header; sniff instead.
+        kind = response.content_type if "Content-Type" in response.headers else ""
         if kind and not kind.startswith(_TEXT_TYPES):
             raise ToolError(f"fetch_url: {url} is {kind}, not text")
         body = await response.content.read(MAX_BYTES + 1)
