@@ -180,7 +180,8 @@ class Agent:
     within a round) and their results go back, until it answers in words or `max_tool_rounds`
     rounds are used up; the last request then forbids further calls. Streaming streams every
     round's text as it comes, so the final answer streams after the tool rounds; words a model
-    says before calling a tool stay, separated from what follows by a blank line.
+    says before calling a tool stay (a streamed word cannot be taken back), separated from what
+    follows by a blank line. A whole (not streamed) answer is the last round's words only.
     """
 
     name: str
