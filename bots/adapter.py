@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from botweave.config import PlatformConfig
@@ -83,6 +83,11 @@ class Outbound(ABC):
 
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         raise ActionError("unsupported", "react: not supported")
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
+        """Open a thread named `name` (on `message_id` where the platform starts threads on a
+        message); the id later posts into the thread use."""
+        raise ActionError("unsupported", "create_thread: not supported")
 
     async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str | None:
         """Post under the agent's own name and picture; raise `NoIdentity` where that is impossible."""
@@ -252,6 +257,18 @@ class Adapter(ABC):
             await out.typing(chat_id, thread_id=thread_id)
         except Exception as exc:
             log.debug("%s: typing in %s failed: %s", self.platform, chat_id, exc)
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
+        """Open a thread named `name` in a chat (from `message_id` where the platform starts
+        threads on a message); on ok, `thread_id` is where later posts go."""
+        title = name.strip() or "Thread"
+        opened: list[str] = []
+
+        async def open_thread(out: Outbound) -> None:
+            opened.append(await out.create_thread(chat_id, title, message_id=message_id))
+
+        result = await self._perform("create_thread", chat_id, open_thread, capable=self.capabilities.threads)
+        return replace(result, thread_id=opened[0], detail="thread created") if result.ok and opened else result
 
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         """A reply is complete (its streamed edits included); the console ends its line here."""

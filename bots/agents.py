@@ -1,4 +1,4 @@
-"""Agents: a named model with instructions, answering from the conversation's history.
+"""Agents: a named model with instructions and tools, answering from the conversation's history.
 
 litellm is imported on first use, not at import time: it costs seconds to import and would
 otherwise slow `botweave --help` and every `import bots`.
@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.store import Store
+from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,14 @@ class AgentError(RuntimeError):
 
 
 class History:
-    """A conversation's turns in the store, newest last, trimmed to the agent's budget."""
+    """A conversation's turns in the store, newest last, trimmed to the agent's budget.
+
+    Each turn is one list item: the person's message, any rounds of tool calls with their
+    results, and the answer, in the provider's message format. Keeping a turn in one item is
+    what makes trimming safe: the store drops whole items, so a tool result is never kept
+    without the call it answers (providers refuse such a conversation). A message recorded on
+    its own (a group message the bot only observes) is an item of one message.
+    """
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -46,35 +54,152 @@ class History:
     def key(conversation: str) -> str:
         return f"history:{conversation}"
 
-    async def load(self, conversation: str, max_turns: int) -> list[dict[str, str]]:
+    async def load(self, conversation: str, max_turns: int) -> list[dict[str, Any]]:
         if max_turns <= 0:
             return []
-        raw = await self._store.list_range(self.key(conversation), -2 * max_turns, -1)
-        return [json.loads(item) for item in raw]
+        raw = await self._store.list_range(self.key(conversation), -max_turns, -1)
+        messages: list[dict[str, Any]] = []
+        for item in raw:
+            value = json.loads(item)
+            messages.extend(value if isinstance(value, list) else [value])
+        return complete_exchanges(messages)
 
-    async def append(self, conversation: str, max_turns: int, *entries: dict[str, str]) -> None:
+    async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
+        """Record messages one item each (nothing in them refers to another)."""
         await self._store.list_append(
             self.key(conversation),
             *(json.dumps(e, ensure_ascii=False) for e in entries),
-            max_len=max(2 * max_turns, 2),
+            max_len=max(max_turns, 1),
         )
+
+    async def append_turn(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> None:
+        """Record one whole turn as one item, so it is kept or dropped whole."""
+        item = json.dumps(list(messages), ensure_ascii=False)
+        await self._store.list_append(self.key(conversation), item, max_len=max(max_turns, 1))
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))
 
 
+def complete_exchanges(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without tool calls that lack their results or results that lack their call.
+
+    Turns are stored whole, so this only matters for history written before they were; it is
+    cheap insurance, because one orphaned tool message makes a provider refuse every later
+    request of the conversation.
+    """
+    kept: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        if message.get("role") == "tool":
+            index += 1  # a result whose call is not right before it
+            continue
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls:
+            kept.append(message)
+            index += 1
+            continue
+        results = []
+        index += 1
+        while index < len(messages) and messages[index].get("role") == "tool":
+            results.append(messages[index])
+            index += 1
+        wanted = {call.get("id") for call in calls}
+        if wanted == {result.get("tool_call_id") for result in results}:
+            kept.append(message)
+            kept.extend(results)
+    return kept
+
+
+@dataclass
+class ToolTurn:
+    """One turn's tool rounds: the context every call gets, and what the rounds added to the
+    conversation (assistant messages carrying calls, and the results), in the provider's
+    format, for history. `used` names the tools called, in order."""
+
+    context: ToolContext
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    used: list[str] = field(default_factory=list)
+
+    def note(self) -> str:
+        """What the model is told about the message it answers, so it can react to it."""
+        origin = self.context.origin
+        if origin is None:
+            return ""
+        where = f"{origin.platform}:{origin.channel.channel_id}"
+        if origin.thread_id:
+            where += f":{origin.thread_id}"
+        return f"The message you are answering has id {origin.message_id}, in {where} (the `origin` target)."
+
+
+class _StreamedCalls:
+    """Tool calls as a stream carries them: fragments by index, put together at the end."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, dict[str, str]] = {}
+
+    def add(self, deltas: Any) -> None:
+        for position, delta in enumerate(deltas):
+            index = getattr(delta, "index", None)
+            part = self._parts.setdefault(index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""})
+            if getattr(delta, "id", None):
+                part["id"] = delta.id
+            function = getattr(delta, "function", None)
+            if function is not None:
+                if getattr(function, "name", None):
+                    part["name"] = function.name
+                if getattr(function, "arguments", None):
+                    part["arguments"] += function.arguments
+
+    def calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(part["id"] or f"call_{index}", part["name"], part["arguments"])
+            for index, part in sorted(self._parts.items())
+            if part["name"]
+        ]
+
+
+def _calls_of(message: Any) -> list[ToolCall]:
+    calls = []
+    for position, call in enumerate(getattr(message, "tool_calls", None) or []):
+        function = call.function
+        calls.append(ToolCall(call.id or f"call_{position}", function.name or "", function.arguments or ""))
+    return [call for call in calls if call.name]
+
+
+ROUND_SEPARATOR = "\n\n"
+OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+
+
 @dataclass
 class Agent:
+    """A model with instructions and, optionally, tools.
+
+    With tools, a turn is a loop: the model answers with calls, the calls run (concurrently
+    within a round) and their results go back, until it answers in words or `max_tool_rounds`
+    rounds are used up; the last request then forbids further calls. Streaming streams every
+    round's text as it comes, so the final answer streams after the tool rounds; words a model
+    says before calling a tool stay (a streamed word cannot be taken back), separated from what
+    follows by a blank line. A whole (not streamed) answer is the last round's words only.
+    """
+
     name: str
     config: AgentConfig
+    tools: dict[str, Tool] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         return self.config.model
 
-    def _request(self, history: list[dict[str, str]], user_turn: str, stream: bool) -> dict[str, Any]:
-        messages = [{"role": "system", "content": self.config.instructions}, *history]
-        messages.append({"role": "user", "content": user_turn})
+    def _messages(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn) -> list[dict[str, Any]]:
+        system = self.config.instructions
+        note = turn.note() if self.tools else ""
+        if note:
+            system = f"{system}\n\n{note}"
+        return [{"role": "system", "content": system}, *history, {"role": "user", "content": user_turn}]
+
+    def _request(self, messages: list[dict[str, Any]], stream: bool, *, last_round: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -82,6 +207,11 @@ class Agent:
             "timeout": self.config.timeout_seconds,
             "metadata": {"botweave_agent": self.name},
         }
+        if self.tools:
+            request["tools"] = [schema_of(tool) for tool in self.tools.values()]
+            if last_round:
+                request["tool_choice"] = "none"
+                request["drop_params"] = True  # a provider without tool_choice still answers in words
         if self.config.temperature is not None:
             request["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
@@ -98,21 +228,69 @@ class Agent:
             detail = detail.replace(self.config.api_key.get_secret_value(), "***")
         return AgentError(f"agent {self.name} ({self.model}) failed: {type(exc).__name__}: {detail}")
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
-        litellm = litellm_module()
-        try:
-            response = await litellm.acompletion(**self._request(history, user_turn, stream=False))
-        except Exception as exc:
-            raise self._failure(exc) from exc
-        return response.choices[0].message.content or ""
+    def _turn(self, turn: ToolTurn | None) -> ToolTurn:
+        return turn if turn is not None else ToolTurn(ToolContext(self.name))
 
-    async def stream(self, history: list[dict[str, str]], user_turn: str) -> AsyncIterator[str]:
+    async def _run_round(
+        self, messages: list[dict[str, Any]], turn: ToolTurn, text: str | None, calls: list[ToolCall]
+    ) -> None:
+        """Run one round's calls and add the call message and the results to both the
+        request's messages and the turn's record."""
+        call_message: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [c.wire() for c in calls]}
+        results = await run_round(calls, self.tools, turn.context)
+        turn.used.extend(call.name for call in calls)
+        for message in (call_message, *results):
+            messages.append(message)
+            turn.messages.append(message)
+
+    async def complete(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None) -> str:
         litellm = litellm_module()
-        try:
-            response = await litellm.acompletion(**self._request(history, user_turn, stream=True))
-            async for chunk in response:
-                delta = chunk.choices[0].delta.content if chunk.choices else None
-                if delta:
-                    yield delta
-        except Exception as exc:
-            raise self._failure(exc) from exc
+        turn = self._turn(turn)
+        messages = self._messages(history, user_turn, turn)
+        rounds = self.config.max_tool_rounds if self.tools else 0
+        for round_number in range(rounds + 1):
+            try:
+                response = await litellm.acompletion(**self._request(messages, stream=False, last_round=round_number == rounds))
+            except Exception as exc:
+                raise self._failure(exc) from exc
+            message = response.choices[0].message
+            calls = _calls_of(message) if round_number < rounds else []
+            if not calls:
+                text = message.content or ""
+                return text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
+            await self._run_round(messages, turn, message.content, calls)
+        return ""  # not reached: the last round never runs calls
+
+    async def stream(
+        self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None
+    ) -> AsyncIterator[str]:
+        litellm = litellm_module()
+        turn = self._turn(turn)
+        messages = self._messages(history, user_turn, turn)
+        rounds = self.config.max_tool_rounds if self.tools else 0
+        shown = False  # some text reached the person already
+        for round_number in range(rounds + 1):
+            text = ""
+            calls = _StreamedCalls()
+            try:
+                response = await litellm.acompletion(**self._request(messages, stream=True, last_round=round_number == rounds))
+                async for chunk in response:
+                    delta = chunk.choices[0].delta if chunk.choices else None
+                    if delta is None:
+                        continue
+                    if delta.content:
+                        if not text and shown:
+                            yield ROUND_SEPARATOR
+                        text += delta.content
+                        yield delta.content
+                    if getattr(delta, "tool_calls", None):
+                        calls.add(delta.tool_calls)
+            except Exception as exc:
+                raise self._failure(exc) from exc
+            shown = shown or bool(text)
+            made = calls.calls() if round_number < rounds else []
+            if not made:
+                if not shown and round_number == rounds and rounds:
+                    yield OUT_OF_ROUNDS.format(rounds=rounds)
+                return
+            await self._run_round(messages, turn, text, made)

@@ -237,6 +237,87 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
         return merged
 
 
+class NetworkConfig(Section):
+    """Which hosts tools may reach (`fetch_url`, MCP servers over HTTP). The rules are the
+    egress policy's (see policies/egress.py); here they are only data, so an agent can carry
+    its own."""
+
+    allow_hosts: list[str] = Field(default_factory=list)
+    deny_hosts: list[str] = Field(default_factory=list)
+
+
+class McpServerConfig(Section):
+    """One MCP server: a command started with the bot (stdio) or a URL (streamable HTTP)."""
+
+    command: Optional[list[str]] = None
+    url: Optional[str] = None
+    env: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry the server's keys
+    cwd: Optional[str] = None
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry a bearer token
+    #: How long start-up waits for the server to answer before the bot goes on without it.
+    startup_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of `command: [program, arg, ...]` or `url: http://...`")
+        if self.command is not None and not (self.command and all(part.strip() for part in self.command)):
+            raise ValueError("command: must list the program and its arguments, e.g. [python, server.py]")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url: must start with http:// or https:// (got {self.url!r})")
+        return self
+
+
+ToolKind = Literal["builtin", "python", "mcp"]
+
+
+class ToolEntry(Section):
+    """One entry of an agent's `tools:` list: a built-in by name (a bare string or
+    `{name: ...}`), a Python function `{python: "module:function"}`, or the tools of an MCP
+    server `{mcp: {SERVER: {command: [...]} | {url: ...}}}`."""
+
+    name: Optional[str] = None
+    python: Optional[str] = None
+    mcp: Optional[dict[str, McpServerConfig]] = None
+    timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ToolEntry:
+        given = [key for key in ("name", "python", "mcp") if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a tool is a built-in name, {python: \"module:function\"} or "
+                "{mcp: {SERVER: {command: [...]}}} (exactly one of name, python, mcp)"
+            )
+        if self.python is not None:
+            module, _, function = self.python.partition(":")
+            if not module.strip() or not function.strip():
+                raise ValueError(f"python: must be \"module:function\", e.g. \"mytools:weather\" (got {self.python!r})")
+        if self.mcp is not None and len(self.mcp) != 1:
+            raise ValueError(
+                "mcp: name exactly one server per entry, e.g. {mcp: {files: {command: [python, server.py]}}}; "
+                "its tools are called SERVER__TOOL"
+            )
+        return self
+
+    @property
+    def kind(self) -> ToolKind:
+        if self.python is not None:
+            return "python"
+        return "mcp" if self.mcp is not None else "builtin"
+
+    @property
+    def server(self) -> tuple[str, McpServerConfig]:
+        """The MCP server of an `mcp` entry: its name in bot.yaml and how to reach it."""
+        assert self.mcp is not None
+        return next(iter(self.mcp.items()))
+
+
 class AgentConfig(Section):
     model: str
     instructions: str = "You are a helpful assistant."
@@ -246,6 +327,11 @@ class AgentConfig(Section):
     api_base: Optional[str] = None
     api_key: Optional[SecretStr] = None
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
+    tools: list[ToolEntry] = Field(default_factory=list)
+    #: Rounds of tool calls in one turn before the model must answer in words.
+    max_tool_rounds: Annotated[int, Field(ge=1)] = 8
+    #: Replaces the top-level `network:` for this agent's tools when set.
+    network: Optional[NetworkConfig] = None
     # How the agent appears when it posts as itself in a room.
     display_name: Optional[str] = None
     avatar_url: Optional[str] = None

@@ -1,6 +1,8 @@
 """Delivery: the one way out. Every message the product posts (replies, room turns, pairing
-notices, notifications) leaves through here, so `message_sending` / `message_sent` hooks and
-the outbox see all of it, and every platform gets the same shaping.
+notices, notifications, what agents' tools post) leaves through here, so `message_sending` /
+`message_sent` hooks and the outbox see all of it, and every platform gets the same shaping.
+Agents' edits, deletions, reactions and new threads go through here too, so a hook that
+rewrites outgoing text sees an edit's text as well.
 
 `Delivery.post` is the primitive: hooks, chunking to the platform's limit, one send per
 chunk (recorded in the outbox when the post has a key), hooks again. `ReplyChannel` is a
@@ -11,7 +13,7 @@ streaming settings on top. See docs/architecture.md.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from botweave.adapter import Adapter
@@ -85,10 +87,33 @@ class Outbox:
         return (await self.store.get(key)) or None
 
 
+@dataclass
+class SentLedger:
+    """The ids of the messages the bot posted, per chat, so an agent's tools can edit and
+    delete the bot's own messages and nobody else's (a bot that is a group admin could
+    otherwise delete what people wrote)."""
+
+    store: Store
+    ttl: float = 7 * 24 * 3600.0
+
+    @staticmethod
+    def key(platform: str, chat_id: str, message_id: str) -> str:
+        return f"own:{platform}:{chat_id}:{message_id}"
+
+    async def record(self, platform: str, chat_id: str, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            await self.store.set(self.key(platform, chat_id, message_id), "1", ttl=self.ttl)
+
+    async def is_own(self, platform: str, chat_id: str, message_id: str) -> bool:
+        return await self.store.get(self.key(platform, chat_id, message_id)) is not None
+
+
 class Delivery:
-    def __init__(self, hooks: HookRegistry, outbox: Outbox | None = None) -> None:
+    def __init__(self, hooks: HookRegistry, outbox: Outbox | None = None, ledger: SentLedger | None = None) -> None:
         self.hooks = hooks
         self.outbox = outbox
+        #: Set by the runtime when some agent may edit or delete what the bot posted.
+        self.ledger = ledger
 
     async def post(
         self,
@@ -175,9 +200,46 @@ class Delivery:
 
     async def after_send(self, to: Destination, delivered: Delivered, origin: BotMessage | None) -> None:
         await to.adapter.end_reply(to.chat_id, delivered.message_ids)
+        if self.ledger is not None and delivered.message_ids:
+            await self.ledger.record(to.adapter.platform, to.chat_id, delivered.message_ids)
         if self.hooks.has("message_sent"):
             payload = _payload(to, delivered.text) | {"message_ids": list(delivered.message_ids)}
             await self.hooks.run(HookEvent("message_sent", payload, message=origin, text=delivered.text))
+
+
+    # --- what agents do to messages: edits, deletions, reactions, threads ----------------------
+
+    async def edit(
+        self, to: Destination, message_id: str, text: str, *, origin: BotMessage | None = None
+    ) -> MessageActionResult:
+        """Replace a message's text; `message_sending` hooks see (and may rewrite or cancel)
+        the new text as they would a new post."""
+        final = await self.before_send(to, text, origin)
+        if final is None:
+            return MessageActionResult("failed", to.target, "cancelled by a message_sending hook")
+        caps = to.adapter.capabilities
+        if caps.max_message_length is not None and measure(final, caps.length_unit) > caps.max_message_length:
+            detail = f"the new text is longer than one {to.adapter.platform} message ({caps.max_message_length})"
+            return MessageActionResult("failed", to.target, detail)
+        return await to.adapter.edit(to.chat_id, message_id, final, thread_id=to.thread_id)
+
+    async def delete(self, to: Destination, message_id: str) -> MessageActionResult:
+        return await to.adapter.delete(to.chat_id, message_id)
+
+    async def react(self, to: Destination, message_id: str, emoji: str) -> MessageActionResult:
+        return await to.adapter.react(to.chat_id, message_id, emoji)
+
+    async def create_thread(
+        self, to: Destination, name: str, *, message_id: str | None = None, origin: BotMessage | None = None
+    ) -> MessageActionResult:
+        """Open a thread; its name is shown to people, so hooks see it like a post's text."""
+        final = await self.before_send(to, name, origin)
+        if final is None:
+            return MessageActionResult("failed", to.target, "cancelled by a message_sending hook")
+        result = await to.adapter.create_thread(to.chat_id, final, message_id=message_id)
+        if result.ok and result.message_id is not None and self.ledger is not None:
+            await self.ledger.record(to.adapter.platform, to.chat_id, [result.message_id])
+        return result
 
 
 def _payload(to: Destination, text: str) -> dict[str, object]:
@@ -211,16 +273,22 @@ class ReplyChannel:
     def _key(self, purpose: str) -> str:
         return f"out:{self.origin.platform}:{self.chat_id}:{self.origin.message_id}:{purpose}"
 
-    def _final_text(self, text: str, model: str | None, seconds: float | None) -> str:
-        return with_footer(text, format_footer(model, seconds)) if self.config.footer else text
+    def _final_text(self, text: str, model: str | None, seconds: float | None, tools: Sequence[str] = ()) -> str:
+        return with_footer(text, format_footer(model, seconds, tools)) if self.config.footer else text
 
     async def send_text(
-        self, text: str, *, model: str | None = None, seconds: float | None = None, purpose: str = "reply"
+        self,
+        text: str,
+        *,
+        model: str | None = None,
+        seconds: float | None = None,
+        purpose: str = "reply",
+        tools: Sequence[str] = (),
     ) -> Delivered:
         """Deliver a complete reply; the agent's silence token sends nothing."""
         if is_silent(text, self.config.allow_silence, self.config.silence_token):
             return Delivered(silent=True)
-        final = self._final_text(text, model, seconds)
+        final = self._final_text(text, model, seconds, tools)
         return await self.delivery.post(self.destination, final, key=self._key(purpose), origin=self.origin)
 
     def can_stream(self) -> bool:
@@ -250,9 +318,15 @@ class ReplyChannel:
         )
 
     async def stream_text(
-        self, deltas: AsyncIterator[str], *, model: str | None = None, elapsed: Callable[[], float] | None = None
+        self,
+        deltas: AsyncIterator[str],
+        *,
+        model: str | None = None,
+        elapsed: Callable[[], float] | None = None,
+        tools: Sequence[str] = (),
     ) -> Delivered:
-        """Stream a reply by editing; the streamed message becomes the final reply."""
+        """Stream a reply by editing; the streamed message becomes the final reply. `tools`
+        is read once the stream ended (a turn learns which tools it used as it goes)."""
         stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
@@ -271,7 +345,7 @@ class ReplyChannel:
             return Delivered(silent=True)
         seconds = elapsed() if elapsed is not None else None
         to = self.destination
-        final = await self.delivery.before_send(to, self._final_text(text, model, seconds), self.origin)
+        final = await self.delivery.before_send(to, self._final_text(text, model, seconds, tools), self.origin)
         if final is None:
             await stream.discard()
             return Delivered(cancelled=True)

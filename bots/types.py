@@ -301,6 +301,7 @@ class MessageActionResult:
     detail: str = ""
     message_id: str | None = None  # the platform id of a message that was sent
     message_ids: tuple[str, ...] = ()  # every message a post used (a long text is several)
+    thread_id: str | None = None  # the thread a `create_thread` opened
 
     @property
     def ok(self) -> bool:

@@ -20,9 +20,9 @@ from typing import Any, Literal
 from botweave.adapter import Adapter, PlatformRejected
 from botweave.agents import Agent, History, litellm_module
 from botweave.commands import CommandRegistry
-from botweave.config import BotConfig, PlatformConfig
+from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
-from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel
+from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLedger
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
@@ -40,11 +40,13 @@ from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
 from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Store, open_store
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
+from botweave.tools import ToolServices, Toolsets
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,14 @@ class App:
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
         self.targets = Targets(self.adapters)
+        self.tools = Toolsets(config.agents, ToolServices(self.delivery, self.targets), config.egress_policy)
+        if self.tools.needs_ledger:
+            self.delivery.ledger = SentLedger(self.store)
+        try:
+            for name, agent in self.agents.items():
+                agent.tools.update(self.tools.local_tools(name))
+        except ValueError as exc:
+            raise ConfigError([str(exc)]) from None
         self.access = AccessControl(self.store, self.delivery)
         self.push = config.push
         self.preferences = PreferenceStore.from_config(self.store, self.push)
@@ -89,6 +99,21 @@ class App:
                 posted=self._room_posted, missed=self._room_missed,
             )
             if config.rooms
+            else None
+        )
+        self.schedules = (
+            AgentSchedules(
+                config.schedules,
+                agents=self.agents,
+                history=self.history,
+                delivery=self.delivery,
+                targets=self.targets,
+                locks=self._locks,
+                bot_config_for=self._bot_config,
+                store=self.store,
+                failed=self._schedule_failed,
+            )
+            if config.schedules
             else None
         )
         BuiltinCommands(self.commands, self.agents, self.history, self.rooms, lambda: self.uptime).register()
@@ -138,6 +163,8 @@ class App:
         per platform, by leader lock), `worker` answers from the stream, `all` does both.
         """
         await self.store.connect()
+        if self.role != "ingress":  # an ingress process never runs a turn
+            await self._start_tools()
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
@@ -170,6 +197,8 @@ class App:
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
+        if self.schedules is not None and receive and self.role in ("all", "worker"):
+            await self.schedules.start()
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
@@ -198,6 +227,19 @@ class App:
         log.error("platform %s failed to start: %s", name, failure)
         return failure
 
+    async def _start_tools(self) -> None:
+        """Connect the MCP servers agents use, then offer their tools to those agents."""
+        await self.tools.start()
+        for name, agent in self.agents.items():
+            for tool_name, tool in self.tools.server_tools(name).items():
+                if tool_name in agent.tools:
+                    log.warning("agent %s: MCP tool %s has the name of another tool; not offered", name, tool_name)
+                    continue
+                agent.tools[tool_name] = tool
+
+    def _bot_config(self, platform: str) -> BotConfig:
+        return self._platform_configs.get(platform) or self.config.bot_config_for(platform)
+
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
         adapter = installed_platforms()[name].create(section)
@@ -219,6 +261,8 @@ class App:
         self._stopping.set()
         if self.rooms is not None:
             await self.rooms.stop()
+        if self.schedules is not None:
+            await self.schedules.stop()
         if self._background:
             _, pending = await asyncio.wait(self._background, timeout=timeout)
             for task in pending:
@@ -234,6 +278,7 @@ class App:
                 await adapter.stop()
             except Exception:
                 log.exception("platform %s did not stop cleanly", name)
+        await self.tools.stop()
         await self.store.close()
 
     async def drain(self) -> None:
@@ -314,6 +359,13 @@ class App:
         if owner:
             await self.notifier.notify(
                 NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Room {room}: {detail}", identity=f"room {room}"
+            )
+
+    async def _schedule_failed(self, name: str, detail: str) -> None:
+        owner = self.config.schedules[name].owner
+        if owner:
+            await self.notifier.notify(
+                NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Schedule {name}: {detail}", identity=f"schedule {name}"
             )
 
     async def _flush_digests(self) -> None:

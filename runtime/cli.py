@@ -59,6 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     room_run.add_argument("name")
     room_run.add_argument("--target", help="where to post, e.g. discord:123456 (default: the room's target)")
     room_run.add_argument("--config", help=CONFIG_HELP)
+    schedule = sub.add_parser("schedule", help="list scheduled agents or run one now", parents=common)
+    schedule_sub = schedule.add_subparsers(dest="action", required=True)
+    schedule_list = schedule_sub.add_parser(
+        "list", help="schedules, their agents, targets and next run times", parents=common
+    )
+    schedule_list.add_argument("--config", help=CONFIG_HELP)
+    schedule_run = schedule_sub.add_parser("run", help="run a schedule now and post its answer", parents=common)
+    schedule_run.add_argument("name")
+    schedule_run.add_argument("--config", help=CONFIG_HELP)
     pair = sub.add_parser("pair", help="approve, deny, list or revoke pairing requests", parents=common)
     pair_sub = pair.add_subparsers(dest="action", required=True)
     for action, args, text in (
@@ -254,6 +263,35 @@ async def _room(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _schedule(args: argparse.Namespace) -> int:
+    from botweave.runtime.app import App
+
+    app = App(_load(args.config))
+    if app.schedules is None:
+        print("no schedules are configured under `schedules:`", file=sys.stderr)
+        return 1
+    if args.action == "list":
+        for name, config in app.schedules.configs.items():
+            when = app.schedules.next_run(name)
+            print(f"{name}  agent: {config.agent}  cron: {config.cron} ({config.timezone})  "
+                  f"target: {config.target}  next: {when.isoformat() if when else '-'}")
+        return 0
+    await app.start(receive=False)  # post only: the running bot keeps the platform connections
+    try:
+        before = len(await app.schedules.failures(args.name)) if args.name in app.schedules.configs else 0
+        await app.schedules.run_now(args.name)
+        failures = await app.schedules.failures(args.name)
+    except ValueError as exc:
+        print(f"botweave: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await app.stop()
+    if len(failures) > before:
+        print(f"botweave: schedule {args.name} failed: {failures[-1]['detail']}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
@@ -267,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_pair(args))
         if args.command == "room":
             return asyncio.run(_room(args))
+        if args.command == "schedule":
+            return asyncio.run(_schedule(args))
         config = _load(args.config)
         if args.command == "chat":
             if config.platforms.console is None:

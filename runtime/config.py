@@ -23,6 +23,7 @@ from botweave.config import (
     AgentConfig,
     BotConfig,
     ConfigError,
+    NetworkConfig,
     PlatformConfig,
     RouteConfig,
     Section,
@@ -33,10 +34,14 @@ from botweave.config import (
     substitute_env,
 )
 from botweave.policies.config import AdmissionConfig
+from botweave.policies.egress import EgressPolicy
 from botweave.push.config import PushConfig
 from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.schedules import ScheduleConfig
+from botweave.tools import BUILTINS, load_python_tools
 from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
+from pydantic_core import InitErrorDetails
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,8 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     rooms: Rooms = Field(default_factory=dict)
     push: PushConfig = Field(default_factory=PushConfig)
-    schedules: dict[str, Any] = Field(default_factory=dict)
+    schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
@@ -85,8 +91,60 @@ class Config(Section):
                         f"{', '.join(missing)} not defined under `agents:`; defined agents: {agents}",
                     )
                 )
+        for name, schedule in self.schedules.items():
+            if schedule.agent not in self.agents:
+                problems.append(
+                    problem(("schedules", name, "agent"), f"unknown agent {schedule.agent!r}; defined agents: {agents}")
+                )
+        problems += self._network_problems()
+        problems += self._tool_problems()
         raise_problems(type(self).__name__, problems)
         return self
+
+    def egress_policy(self, agent: str) -> EgressPolicy:
+        """The network policy `agent`'s tools live under: its own `network:`, else the global one."""
+        return EgressPolicy.from_config(self.agents[agent].network or self.network)
+
+    def _network_problems(self) -> list[InitErrorDetails]:
+        blocks: list[tuple[tuple[str, ...], NetworkConfig]] = [(("network",), self.network)]
+        blocks += [(("agents", name, "network"), agent.network) for name, agent in self.agents.items() if agent.network]
+        found = []
+        for where, block in blocks:
+            for field in ("allow_hosts", "deny_hosts"):
+                for index, entry in enumerate(getattr(block, field)):
+                    try:
+                        EgressPolicy([entry])
+                    except ValueError as exc:
+                        found.append(problem((*where, field, index), str(exc)))
+        return found
+
+    def _tool_problems(self) -> list[InitErrorDetails]:
+        servers: dict[str, tuple[str, Any]] = {}
+        found = []
+        for agent_name, agent in self.agents.items():
+            for index, entry in enumerate(agent.tools):
+                where = ("agents", agent_name, "tools", index)
+                if entry.kind == "builtin" and entry.name not in BUILTINS:
+                    found.append(problem(where, f"unknown built-in tool {entry.name!r}; built-ins: {', '.join(BUILTINS)}"))
+                if entry.kind == "python":
+                    try:  # imports the module, so `botweave check` catches a mistyped one
+                        load_python_tools(entry.python or "")
+                    except ValueError as exc:
+                        found.append(problem((*where, "python"), str(exc)))
+                if entry.kind != "mcp":
+                    continue
+                name, server = entry.server
+                if "__" in name or not name.strip():
+                    found.append(problem((*where, "mcp"), f"name the server without `__` (its tools are called {name}__TOOL)"))
+                    continue
+                seen = servers.setdefault(name, (".".join(map(str, where)), server))
+                if seen[1] != server:
+                    found.append(problem((*where, "mcp", name), f"defined differently at {seen[0]}; one name, one server"))
+                if server.url is not None:
+                    refusal = self.egress_policy(agent_name).refusal(server.url)
+                    if refusal is not None:
+                        found.append(problem((*where, "mcp", name, "url"), refusal))
+        return found
 
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
@@ -174,6 +232,13 @@ def find_config(explicit: str | None) -> Path | None:
 
 
 BUILTIN_CONFIG: dict[str, Any] = {
-    "agents": {"assistant": {"model": "offline/echo", "instructions": "You are a helpful assistant."}},
+    "agents": {
+        "assistant": {
+            "model": "offline/echo",
+            "instructions": "You are a helpful assistant.",
+            # Try one with `call react {"emoji": "👍"}`: offline/echo calls tools on request.
+            "tools": ["send_message", "react", "edit_message", "delete_message", "create_thread", "fetch_url"],
+        }
+    },
     "platforms": {"console": {}},
 }

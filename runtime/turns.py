@@ -1,5 +1,6 @@
 """One agent turn, the pipeline's last step: history in, reply out (streamed or whole),
-history appended.
+history appended. A turn with tools records its calls and their results in history with the
+answer, as one item, so later turns see what the agent did.
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
 indicator is renewed for as long as the turn runs.
@@ -13,9 +14,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from botweave.agents import Agent, AgentError, History
+from botweave.agents import Agent, AgentError, History, ToolTurn
 from botweave.delivery import Delivered, ReplyChannel
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
+from botweave.tooling import ToolContext
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
@@ -68,15 +70,21 @@ class AgentTurn:
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
         entry = user_entry(msg)
+        turn = ToolTurn(ToolContext(agent.name, msg, conversation))
         typing = asyncio.create_task(keep_typing(reply))
         try:
             if reply.can_stream():
                 delivered = await reply.stream_text(
-                    agent.stream(earlier, entry["content"]), model=agent.model, elapsed=lambda: time.monotonic() - started
+                    agent.stream(earlier, entry["content"], turn),
+                    model=agent.model,
+                    elapsed=lambda: time.monotonic() - started,
+                    tools=turn.used,
                 )
             else:
-                text = await agent.complete(earlier, entry["content"])
-                delivered = await reply.send_text(text, model=agent.model, seconds=time.monotonic() - started)
+                text = await agent.complete(earlier, entry["content"], turn)
+                delivered = await reply.send_text(
+                    text, model=agent.model, seconds=time.monotonic() - started, tools=turn.used
+                )
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(APOLOGY, purpose="apology")
@@ -86,7 +94,7 @@ class AgentTurn:
         if delivered.cancelled:
             return TurnOutcome(TurnStatus.CANCELLED, delivered)
         answer = {"role": "assistant", "content": "" if delivered.silent else delivered.text}
-        await self._history.append(conversation, agent.config.max_history, entry, answer)
+        await self._history.append_turn(conversation, agent.config.max_history, [entry, *turn.messages, answer])
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered)
         await self._finished(msg, agent, delivered, time.monotonic() - started)

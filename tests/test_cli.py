@@ -34,6 +34,20 @@ def test_chat_through_a_pipe_answers_resets_and_exits_cleanly_on_eof():
     assert "Traceback" not in result.stderr
 
 
+def test_chat_shows_tools_working_with_no_key():
+    script = 'call react {"emoji": "👍"}\ncall send_message {"target": "origin", "text": "an extra message"}\n'
+    result = botweave("chat", stdin=script)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "(reacted 👍 to 1)"
+    assert lines[1] == (
+        'assistant (offline echo): react returned {"status": "ok", "target": "console:console", '
+        '"message_ids": ["1"], "detail": ""}'
+    )
+    assert lines[2] == "an extra message"
+    assert lines[3].startswith('assistant (offline echo): send_message returned {"status": "ok"')
+
+
 def test_chat_uses_the_example_config_by_default(tmp_path):
     (tmp_path / "bot.yaml.example").write_text((ROOT / "bot.yaml.example").read_text())
     result = botweave("chat", stdin="/status\n", cwd=tmp_path)
@@ -238,3 +252,36 @@ async def test_a_platform_that_refuses_the_token_makes_the_exit_code_1(tmp_path,
     errors = stderr.decode()
     assert "platform telegram failed to start: Telegram rejected the bot token" in errors
     assert "wrong-token" not in errors and "Traceback" not in errors
+
+
+SCHEDULE_CONFIG = """
+agents:
+  reporter: {model: offline/echo}
+platforms: {console: {}}
+schedules:
+  digest:
+    cron: "30 7 * * *"
+    timezone: Asia/Tokyo
+    agent: reporter
+    prompt: What happened overnight?
+    target: console:console
+  nowhere:
+    cron: "@daily"
+    agent: reporter
+    prompt: Hello?
+    target: telegram:42
+"""
+
+
+def test_schedule_list_and_run_now(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text(SCHEDULE_CONFIG)
+    listed = botweave("schedule", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("digest  agent: reporter  cron: 30 7 * * * (Asia/Tokyo)  target: console:console  next: ")
+    assert listed.stdout.splitlines()[0].endswith("T07:30:00+09:00")  # Tokyo time
+    ran = botweave("schedule", "run", "digest", "--config", str(config))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "reporter (offline echo) heard: [schedule digest] What happened overnight?"
+    failed = botweave("schedule", "run", "nowhere", "--config", str(config))
+    assert failed.returncode == 1 and "schedule nowhere failed: target 'telegram:42' does not resolve" in failed.stderr

@@ -20,7 +20,7 @@ from .outbound import ConsoleOutbound
 class ConsoleAdapter(Adapter):
     platform = "console"
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
-        max_message_length=None, can_react=False, markdown="none"
+        max_message_length=None, can_react=True, threads=True, markdown="none"
     )
 
     def __init__(
@@ -34,7 +34,7 @@ class ConsoleAdapter(Adapter):
 
     async def start(self, *, inbound: bool = True) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
-        self.outbound = ConsoleOutbound(self._stdout)
+        self.outbound = ConsoleOutbound(self._stdout, typed=self.inbound.has_read)
         if inbound:
             self.inbound.start()
 

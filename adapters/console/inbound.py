@@ -27,6 +27,15 @@ class ConsoleInbound:
         self._channel = BotChannel(CHAT_ID, "dm", "console")
         self._reader: asyncio.Task[None] | None = None
         self.finished = asyncio.Event()  # set at end of input
+        self._last_id = 0
+
+    def has_read(self, message_id: str) -> bool:
+        """Whether `message_id` is a line the person typed (ids count up from 1)."""
+        return message_id.isdigit() and 1 <= int(message_id) <= self._last_id
+
+    def _next_id(self) -> int:
+        self._last_id = next(self._ids)
+        return self._last_id
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -57,7 +66,7 @@ class ConsoleInbound:
 
     def message(self, text: str) -> BotMessage:
         return BotMessage(
-            message_id=str(next(self._ids)),
+            message_id=str(self._next_id()),
             content=text,
             sender=self._user,
             channel=self._channel,

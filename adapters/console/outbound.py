@@ -7,14 +7,16 @@ part), so a terminal shows tokens arriving and a pipe receives clean lines.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import TextIO
 
 from botweave.adapter import ActionError, Outbound, Outcome
 
 
 class ConsoleOutbound(Outbound):
-    def __init__(self, stdout: TextIO) -> None:
+    def __init__(self, stdout: TextIO, typed: Callable[[str], bool] = lambda message_id: False) -> None:
         self._out = stdout
+        self._typed = typed  # whether an id is a line the person typed (reactions may go there)
         self._ids = itertools.count(1)
         #: Message id -> its text as printed so far (what the terminal shows for it).
         self.messages: dict[str, str] = {}
@@ -32,6 +34,8 @@ class ConsoleOutbound(Outbound):
     async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
         self.end_line()
         message_id = f"out-{next(self._ids)}"
+        if thread_id:
+            text = f"[{thread_id}] {text}"
         self._write(text)
         self._open_line = True
         self.messages[message_id] = text
@@ -52,6 +56,22 @@ class ConsoleOutbound(Outbound):
     async def delete(self, chat_id: str, message_id: str) -> None:
         if self.messages.pop(message_id, None) is None:
             raise ActionError("failed", "message to delete not found")
+        self.end_line()
+        self._write(f"(deleted {message_id})\n")
+
+    async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
+        """A terminal cannot decorate an earlier line, so a reaction is a line of its own."""
+        if message_id not in self.messages and not self._typed(message_id):
+            raise ActionError("failed", "message to react to not found")
+        self.end_line()
+        self._write(f"(reacted {emoji} to {message_id})\n")
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
+        """A labelled line; later posts into the thread carry its id in front."""
+        thread_id = f"thread-{next(self._ids)}"
+        self.end_line()
+        self._write(f"── {thread_id}: {name} ──\n")
+        return thread_id
 
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         self.end_line()

@@ -7,7 +7,7 @@ adding a second layer that would fight them. `classify` reads discord.py's error
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import discord
 from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
@@ -24,6 +24,9 @@ MAX_MESSAGE_LENGTH = 2000
 EDIT_FLOOR_MS = 1000
 #: Replies may ping the people they answer, never @everyone/@here or roles.
 ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
+PUBLIC_THREAD: Literal[11] = 11
+#: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
+_NO_THREADS_HERE = frozenset({50003, 50024})
 
 
 class DiscordOutbound(Outbound):
@@ -75,6 +78,26 @@ class DiscordOutbound(Outbound):
 
     async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
         await self._channel(self._target_id(chat_id, thread_id=thread_id)).typing()
+
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
+        """A public thread: on the message that prompted it when there is one (Discord then
+        shows the thread under that message), else a thread of its own in the channel. The
+        REST routes are used directly, so no cached channel object is needed."""
+        http = self._client.http
+        try:
+            if message_id:
+                data = await http.start_thread_with_message(
+                    int(chat_id), int(message_id), name=name[:100], auto_archive_duration=1440
+                )
+            else:
+                data = await http.start_thread_without_message(
+                    int(chat_id), name=name[:100], auto_archive_duration=1440, type=PUBLIC_THREAD
+                )
+        except discord.HTTPException as exc:
+            if exc.code in _NO_THREADS_HERE:
+                raise ActionError("unsupported", f"create_thread: {exc.text or exc.status}") from exc
+            raise
+        return str(data["id"])
 
     async def direct_chat(self, user_id: str) -> str:
         """The DM channel with the user (opened once; discord.py caches it)."""

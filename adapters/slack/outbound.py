@@ -57,6 +57,17 @@ class SlackOutbound(Outbound):
         """
         return await self._post(chat_id, _mrkdwn(text), thread_id)
 
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
+        """Slack has no thread objects: a thread is the replies under a message. So a thread
+        is opened by posting its name as a new message in the channel, whose ts is the
+        thread's id; posts into `slack:<channel>:<ts>` are then replies under it. Replying
+        under the message that prompted it would need no post, but could not carry the name,
+        so `message_id` is not used."""
+        ts = await self._post(chat_id, _mrkdwn(f"🧵 **{name}**"), None)
+        if ts is None:
+            raise ActionError("failed", "create_thread: Slack gave the thread's first message no ts")
+        return ts
+
     async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str | None:
         """Post one room turn under the agent's own name and icon.
 

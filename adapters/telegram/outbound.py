@@ -133,6 +133,22 @@ class TelegramOutbound(Outbound):
             idempotent=True,
         )
 
+    async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
+        """A forum topic (createForumTopic). Only forum supergroups have topics, so anywhere
+        else this is `unsupported`; Telegram does not start topics from a message, so
+        `message_id` is not used."""
+
+        async def create(target: str) -> Any:
+            return await self.bot.create_forum_topic(chat_id=_as_chat(target), name=name[:128])
+
+        try:
+            topic = await self._paced(chat_id, create, idempotent=False, new_message=True)
+        except TelegramError as exc:
+            if "not a forum" in exc.message.lower() or "chat_not_forum" in exc.message.lower():
+                raise ActionError("unsupported", f"create_thread: {exc.message}") from exc
+            raise
+        return str(topic.message_thread_id)
+
     async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
         """Skipped while the chat is cooling down from a 429: no typing spam into it."""
         target = self._target(chat_id)

@@ -313,7 +313,8 @@ class ConsoleDriver(PlatformDriver):
         return text
 
     def reactions_on(self, message_id: str) -> list[str]:
-        return []
+        """A terminal cannot decorate an earlier line: a reaction is printed as a line of its own."""
+        return re.findall(rf"^\(reacted (\S+) to {re.escape(message_id)}\)$", self.stdout.getvalue(), re.M)
 
     def said(self, message_id: str) -> tuple[str, str]:
         text = self._shown[message_id]
