@@ -641,12 +641,12 @@ async def run_cases(
 
 
 async def stop_all(contestants: list[Contestant]) -> None:
-    """Stop the bots, and their emulators at once: a bot waiting for a long poll to return
-    before it exits is let go by its emulator closing."""
+    """Stop every bot at once, then their emulators: a bot shuts down cleanly only while
+    its platform still answers (gone, it may retry connecting until it is killed)."""
     for contestant in contestants:
         contestant.terminate()
-    await asyncio.gather(*(c.world.stop() for c in contestants))
     await asyncio.gather(*(c.stop() for c in contestants))
+    await asyncio.gather(*(c.world.stop() for c in contestants))
 
 
 async def race(
