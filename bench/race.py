@@ -8,6 +8,25 @@ do the same work over the same wire formats. Machines here are noisy, so every m
 ratio against the reference measured in the same run (or against an ideal time), printed
 with both raw numbers.
 
+The measures (`--case`), each over `--chats` private chats:
+
+* cpu: zero model latency, `--messages` per chat; the bot's CPU seconds per answered
+  message, botweave / the reference (Telegram: PTB in its default, sequential mode; Discord:
+  discord.py; Slack: slack-bolt). Target: at most 1.
+* latency: model latency `--latency` (0.5 s), K = `--messages` per chat; the wall time until
+  the last reply against the ideal K × latency (one turn at a time per chat, chats in
+  parallel), and per-chat order: a reply to message k seen before the reply to k-1 of the
+  same chat, or a missing reply, is a violation. Target: at most 1.25 × ideal, no violation.
+  The reference (PTB with concurrent_updates, discord.py, slack-bolt) is shown alongside.
+* streaming: the same with botweave's `streaming: true`; the model spreads its chunks over
+  the latency. Target: wall at most 1.25 × K × max(latency, edit floor), and no two writes
+  to one message closer than the platform's floor (Telegram 1.1 s in private chats, Discord
+  and Slack 1 s).
+* throughput: Telegram, zero latency, `--throughput-messages` (8) per chat; messages per
+  second, botweave / aiogram 3 (concurrent handlers over aiohttp). Target: at least 1, with
+  botweave keeping per-chat order.
+* ceiling: a raw-aiohttp probe with no SDK and no litellm through the same harness (below).
+
 Who runs where, and why:
 
 * the bot under test is alone in its process; its CPU (utime + stime from /proc, its
@@ -16,17 +35,21 @@ Who runs where, and why:
   charged neither to the bot nor to the harness;
 * the platform emulators run in this process with the harness, which only injects messages
   and timestamps replies as the emulator handles them. Its CPU per message and its share of
-  a core are printed with every run, and `--case ceiling` races a raw-aiohttp probe without
-  SDK or litellm through the same harness: what the harness can carry at most.
+  a core are printed with every run, and the ceiling case shows how much the harness can
+  carry at most: a contestant far below it measures itself, not the harness.
 
-Every contestant of a platform is started at once (each against its own emulator), answers
-one ping, and then the cases run one contestant at a time while the others sit idle in a long
-poll. Every measured run uses fresh chats, warmed up with one exchange each (so per-user
-lookups and connections are made before the clock starts), then gets its whole burst at once:
-message 1 of every chat, then message 2 of every chat, and so on.
+Each measured run gets a contestant process of its own, against an emulator of its own: it
+starts, answers one ping, is measured, and stops, so no run inherits what an earlier one left
+behind (`--reuse`, which `--quick` implies, starts every contestant once instead, all at
+once, and measures every run with it). Every run uses fresh chats, warmed up with one
+exchange each (so per-user lookups and connections are made before the clock starts), then
+gets its whole burst at once: message 1 of every chat, then message 2 of every chat, and so
+on. The reference and botweave take turns going first from one repetition to the next. botweave's Telegram
+`requests_per_second` is raised (`--telegram-rps`): the emulator stands for a self-hosted Bot
+API server, and the hand-written bots do not pace at all.
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
-                          [--chats 200] [--messages 5] [--repeat N] [--quick]
+                          [--chats 200] [--messages 5] [--repeat N] [--quick] [--profile]
 """
 
 from __future__ import annotations
@@ -34,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import shlex
@@ -71,6 +95,7 @@ SYSTEM_PROMPT = "You are a concise, friendly assistant."  # the same as the hand
 MODEL = "openai/bench-model"
 SETTLE_S = 0.25  # quiet time before and after a measured burst
 PING_TIMEOUT_S = 180.0
+PR_SET_PDEATHSIG = 1
 FLOOR_TOLERANCE_S = 0.01  # timestamps are taken at the emulator, after a loopback hop
 
 #: Which hand-written bot each measure is compared with.
@@ -148,6 +173,13 @@ def load_average() -> str:
         return "?"
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the harness dies, however it dies, so no bot
+    is left running behind a crashed or killed harness."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def process_env() -> dict[str, str]:
     env = dict(os.environ)
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -171,6 +203,7 @@ class ModelServer:
             env=process_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            preexec_fn=_die_with_parent,
         )
         assert self.proc.stdout is not None
         line = await asyncio.to_thread(self.proc.stdout.readline)
@@ -217,7 +250,13 @@ class Contestant:
     def spawn(self, env: dict[str, str], cwd: Path) -> None:
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            self.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self.log.open("wb"), stderr=subprocess.STDOUT
+            self.argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
 
     def cpu(self) -> float:
@@ -422,6 +461,7 @@ class Result:
     gaps: list[float] = field(default_factory=list)
     floor: float = 0.0
     profile: str = ""
+    calls: dict[str, int] = field(default_factory=dict)  # platform API calls the bot made, by method
 
     @property
     def cpu_ms(self) -> float:
@@ -502,6 +542,7 @@ async def measure(contestant: Contestant, case: str, model: ModelServer, setting
         output = settings.logs / f"profile-{world.name}-{case}-{contestant.kind}-run{run}.txt"
         profiler = Profiler(contestant.proc.pid, output)
         await asyncio.sleep(0.5)  # py-spy attaches
+    calls0 = world.call_count()
     bot0, model0, harness0 = contestant.cpu(), model.cpu(), time.process_time()
     started = time.monotonic()
     await world.inject(burst)
@@ -511,6 +552,7 @@ async def measure(contestant: Contestant, case: str, model: ModelServer, setting
     finished = tracker.finished_at or time.monotonic()
     await asyncio.sleep(SETTLE_S)
     bot1, model1 = contestant.cpu(), model.cpu()
+    calls = dict(world.calls_since(calls0))
     profile = await profiler.stop() if profiler is not None else ""
     contestant.check_alive()
     return Result(
@@ -535,6 +577,7 @@ async def measure(contestant: Contestant, case: str, model: ModelServer, setting
         gaps=tracker.write_gaps(),
         floor=world.edit_floor,
         profile=profile,
+        calls=calls,
     )
 
 
@@ -548,9 +591,14 @@ def describe(result: Result) -> str:
     ]
     if result.duplicates:
         parts.append(f"duplicates {result.duplicates}")
+    if result.strays:
+        parts.append(f"posts answering no message of this run {result.strays}")
     if result.case == "streaming":
         parts.append(f"edits/msg {statistics.fmean(result.edits or [0]):.1f} (max {max(result.edits or [0])})")
         parts.append(f"min edit gap {min(result.gaps):.2f} s" if result.gaps else "no edits")
+    busiest = sorted(result.calls.items(), key=lambda item: -item[1])[:4]
+    per_message = ", ".join(f"{name} {count / max(result.answered, 1):.2f}" for name, count in busiest)
+    parts.append(f"API calls/msg: {per_message}")
     parts.append(f"injected in {result.inject_s:.2f} s")
     parts.append(
         f"harness {result.harness_cpu / max(result.answered, 1) * 1000:.2f} ms/msg ({result.harness_share:.0%} of a core)"
@@ -582,30 +630,26 @@ def case_contestants(platform: str, case: str) -> list[str]:
     return ["botweave", reference]
 
 
-async def launch(platform: str, cases: Sequence[str], settings: Settings, model: ModelServer) -> list[Contestant]:
-    """Start the emulators and spawn every contestant a platform's cases need."""
-    env = process_env()
-    contestants: list[Contestant] = []
-    for kind in contestants_for(platform, cases):
-        world = make_world(platform, settings)
-        await world.start()
-        log = settings.logs / f"{platform}-{kind}.log"
-        if kind.startswith("botweave"):
-            config = write_botweave_config(
-                settings.logs / f"{platform}-{kind}.yaml", world, model.base_url, kind == "botweave_streaming"
-            )
-            contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
-            contestant.spawn(botweave_env(), settings.logs)
-        else:
-            script, *args = world.reference_args(kind)
-            argv = [sys.executable, str(BENCH / script), *args, "--model-base", model.base_url]
-            contestant = Contestant(kind, world, argv, log)
-            contestant.spawn(env, BENCH)
-        contestants.append(contestant)
-    return contestants
+async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer) -> Contestant:
+    """Start an emulator of its own for one contestant, and the contestant against it."""
+    world = make_world(platform, settings)
+    await world.start()
+    log = settings.logs / f"{platform}-{kind}.log"
+    if kind.startswith("botweave"):
+        config = write_botweave_config(
+            settings.logs / f"{platform}-{kind}.yaml", world, model.base_url, kind == "botweave_streaming"
+        )
+        contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
+        contestant.spawn(botweave_env(), settings.logs)
+    else:
+        script, *args = world.reference_args(kind)
+        argv = [sys.executable, str(BENCH / script), *args, "--model-base", model.base_url]
+        contestant = Contestant(kind, world, argv, log)
+        contestant.spawn(process_env(), BENCH)
+    return contestant
 
 
-async def ready(platform: str, contestants: list[Contestant]) -> None:
+async def ready(contestants: list[Contestant]) -> None:
     pings = [asyncio.ensure_future(ping(c)) for c in contestants]
     try:
         await asyncio.gather(*pings)
@@ -614,30 +658,25 @@ async def ready(platform: str, contestants: list[Contestant]) -> None:
             task.cancel()
         await asyncio.gather(*pings, return_exceptions=True)
         raise
-    started = ", ".join(f"{c.label} {c.ready_s:.1f} s" for c in contestants)
-    print(f"{platform}: ready — {started} (start-up, started together)", flush=True)
 
 
-async def run_cases(
-    platform: str,
-    contestants: list[Contestant],
-    cases: Sequence[str],
-    settings: Settings,
-    model: ModelServer,
-    report: Callable[[Result], None],
+async def run_one(
+    contestant: Contestant, case: str, rep: int, settings: Settings, model: ModelServer,
+    report: Callable[[Result], None], *, fresh: bool,
 ) -> None:
-    by_kind = {c.kind: c for c in contestants}
-    for rep in range(settings.repeat):
-        for case in cases:
-            lineup = case_contestants(platform, case)
-            if rep % 2:
-                lineup = lineup[::-1]  # alternate who goes first, so drift hits both alike
-            for kind in lineup:
-                result = await measure(by_kind[kind], case, model, settings)
-                print(f"  {platform:8} {case:10} {LABELS[kind]:24} run {rep + 1}: {describe(result)}", flush=True)
-                if result.profile:
-                    print(f"      profile: {result.profile}", flush=True)
-                report(result)
+    result = await measure(contestant, case, model, settings)
+    started = f"started {contestant.ready_s:.1f} s before, " if fresh else ""
+    print(
+        f"  {result.platform:8} {case:10} {contestant.label:24} run {rep + 1}: {started}{describe(result)}", flush=True
+    )
+    if result.profile:
+        print(f"      profile: {result.profile}", flush=True)
+    report(result)
+
+
+def lineup(platform: str, case: str, rep: int) -> list[str]:
+    kinds = case_contestants(platform, case)
+    return kinds[::-1] if rep % 2 else kinds  # alternate who goes first, so drift hits both alike
 
 
 async def stop_all(contestants: list[Contestant]) -> None:
@@ -649,48 +688,77 @@ async def stop_all(contestants: list[Contestant]) -> None:
     await asyncio.gather(*(c.world.stop() for c in contestants))
 
 
-async def race(
+async def race_fresh(
+    platform: str, cases: Sequence[str], settings: Settings, model: ModelServer, report: Callable[[Result], None]
+) -> None:
+    """Every measured run gets a contestant process of its own, started for it and alone on
+    the machine (besides the harness and the model): runs do not inherit each other's state."""
+    for rep in range(settings.repeat):
+        for case in cases:
+            for kind in lineup(platform, case, rep):
+                contestant = await spawn(platform, kind, settings, model)
+                try:
+                    await ready([contestant])
+                    await run_one(contestant, case, rep, settings, model, report, fresh=True)
+                finally:
+                    await stop_all([contestant])
+
+
+async def race_reusing(
     platforms: Sequence[str], cases: Sequence[str], settings: Settings, model: ModelServer,
-    report: Callable[[Result], None], prestart: bool,
+    report: Callable[[Result], None],
 ) -> bool:
-    """Race platform by platform; with `prestart`, every contestant of every platform is
-    started first (quicker; start-ups then overlap, which only the smoke test tolerates).
-    Returns False when a platform could not be raced."""
+    """Start every contestant of every platform at once, then run every case with them: quick,
+    but start-ups overlap and later runs meet a process that has served the earlier ones."""
     ok = True
     lineups: dict[str, list[Contestant]] = {}
+    try:
+        for platform in platforms:
+            lineups[platform] = [await spawn(platform, k, settings, model) for k in contestants_for(platform, cases)]
+        starting = [p for p in platforms if lineups[p]]
+        outcomes = await asyncio.gather(*(ready(lineups[p]) for p in starting), return_exceptions=True)
+        for platform, outcome in zip(starting, outcomes):
+            if isinstance(outcome, BaseException):
+                ok = False
+                print(f"{platform}: FAILED: {outcome}", flush=True)
+                continue
+            started = ", ".join(f"{c.label} {c.ready_s:.1f} s" for c in lineups[platform])
+            print(f"{platform}: ready — {started} (start-up, all contestants at once)", flush=True)
+        for platform, outcome in zip(starting, outcomes):
+            if isinstance(outcome, BaseException):
+                continue
+            by_kind = {c.kind: c for c in lineups[platform]}
+            try:
+                for rep in range(settings.repeat):
+                    for case in cases:
+                        for kind in lineup(platform, case, rep):
+                            await run_one(by_kind[kind], case, rep, settings, model, report, fresh=False)
+            except RuntimeError as exc:
+                ok = False
+                print(f"{platform}: FAILED: {exc}", flush=True)
+    finally:
+        await stop_all([c for contestants in lineups.values() for c in contestants])
+    return ok
+
+
+async def race(
+    platforms: Sequence[str], cases: Sequence[str], settings: Settings, model: ModelServer,
+    report: Callable[[Result], None], *, reuse: bool,
+) -> bool:
+    """Returns False when a platform could not be raced."""
     for platform in platforms:
         missing = [c for c in cases if not case_contestants(platform, c)]
         if missing:
             print(f"{platform}: no race for {', '.join(missing)} (the targets set those on Telegram only)", flush=True)
-    try:
-        if prestart:
-            for platform in platforms:
-                lineups[platform] = await launch(platform, cases, settings, model)
-            outcomes = await asyncio.gather(
-                *(ready(p, lineup) for p, lineup in lineups.items() if lineup), return_exceptions=True
-            )
-            for platform, outcome in zip([p for p, lineup in lineups.items() if lineup], outcomes):
-                if isinstance(outcome, BaseException):
-                    ok = False
-                    print(f"{platform}: FAILED: {outcome}", flush=True)
-                    await stop_all(lineups.pop(platform))
-                    platforms = [p for p in platforms if p != platform]
-        for platform in platforms:
-            try:
-                if platform not in lineups:
-                    lineups[platform] = await launch(platform, cases, settings, model)
-                    if lineups[platform]:
-                        await ready(platform, lineups[platform])
-                if lineups[platform]:
-                    await run_cases(platform, lineups[platform], cases, settings, model, report)
-            except RuntimeError as exc:
-                ok = False
-                print(f"{platform}: FAILED: {exc}", flush=True)
-            finally:
-                if not prestart:
-                    await stop_all(lineups.pop(platform, []))
-    finally:
-        await stop_all([c for contestants in lineups.values() for c in contestants])
+    if reuse:
+        return await race_reusing(platforms, cases, settings, model, report)
+    ok = True
+    for platform in platforms:
+        try:
+            await race_fresh(platform, cases, settings, model, report)
+        except RuntimeError as exc:
+            ok = False
+            print(f"{platform}: FAILED: {exc}", flush=True)
     return ok
 
 
@@ -816,6 +884,11 @@ def print_table(verdicts: list[Verdict], results: list[Result]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    # SIGTERM ends the race like Ctrl-C does: the running measure is cancelled and every
+    # contestant stopped on the way out.
+    me = asyncio.current_task()
+    assert me is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, me.cancel)
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # bots hanging up mid-poll at the end
     logging.getLogger("aiohttp.access").setLevel(logging.CRITICAL)
     platforms = list(PLATFORMS) if args.platform == "all" else [args.platform]
@@ -844,8 +917,12 @@ async def main(args: argparse.Namespace) -> int:
     results: list[Result] = []
     model = ModelServer()
     await model.start()
+    interrupted = False
     try:
-        failed = not await race(platforms, cases, settings, model, results.append, prestart=args.quick)
+        failed = not await race(platforms, cases, settings, model, results.append, reuse=args.reuse)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        failed = interrupted = True  # every contestant was stopped on the way out
+        print("\ninterrupted: the verdicts below cover the runs that finished", flush=True)
     finally:
         await model.stop()
     print()
@@ -856,7 +933,7 @@ async def main(args: argparse.Namespace) -> int:
     print(f"load average at the end: {load_average()} (other work on the machine shows in wall times, less in CPU)")
     if not args.keep_logs and not args.profile and not failed:
         shutil.rmtree(logs, ignore_errors=True)
-    return 1 if failed else 0
+    return 130 if interrupted else 1 if failed else 0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -868,7 +945,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--throughput-messages", type=int, default=8, help="messages per chat (throughput)")
     parser.add_argument("--latency", type=float, default=0.5, help="model latency in seconds (latency, streaming)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measure")
-    parser.add_argument("--quick", action="store_true", help="20 chats × 2 messages, one run, every contestant started at once: a smoke test")
+    parser.add_argument(
+        "--quick", action="store_true", help="20 chats × 2 messages, one run, --reuse: a smoke test in under a minute"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true",
+        help="start every contestant once, all at once, and measure every run with it (quicker; by default each "
+        "measured run gets a fresh process, so no run inherits what an earlier one left behind)",
+    )
     parser.add_argument(
         "--telegram-rps", type=float, default=10_000,
         help="botweave's Telegram requests_per_second: the emulator is a self-hosted Bot API server, "
@@ -884,7 +968,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.chats, args.messages, args.throughput_messages, args.repeat = 20, 2, 3, 1
+        args.chats, args.messages, args.throughput_messages, args.repeat, args.reuse = 20, 2, 3, 1, True
     return args
 
 

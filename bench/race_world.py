@@ -32,7 +32,7 @@ import re
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +48,7 @@ from tests.emulators import slack as slack_emu  # noqa: E402
 from tests.emulators.openai import OpenAIEmulator  # noqa: E402
 from tests.emulators.telegram import TelegramEmulator  # noqa: E402
 
+_SNOWFLAKE = re.compile(r"\d{3,}")
 MARKER = re.compile(r"\br(\d+) c(\d+) m(\d+)\b")
 FILLER = "one two three four five six seven eight nine ten eleven twelve".split()
 FINAL_WORD = "over"
@@ -271,6 +272,8 @@ class World(Protocol):
     async def stop(self) -> None: ...
     async def connected(self, timeout: float) -> None: ...
     def chats(self, run: int, count: int) -> list[Chat]: ...
+    def call_count(self) -> int: ...
+    def calls_since(self, start: int) -> Counter[str]: ...
     async def inject(self, batch: list[tuple[Chat, str]]) -> None: ...
     def botweave_section(self) -> dict[str, Any]: ...
     def reference_args(self, kind: str) -> list[str]: ...
@@ -300,6 +303,12 @@ class TelegramWorld:
 
     async def connected(self, timeout: float) -> None:
         """Polling bots are ready when they answer, which the harness checks with a ping."""
+
+    def call_count(self) -> int:
+        return len(self.emu.calls)
+
+    def calls_since(self, start: int) -> Counter[str]:
+        return Counter(call.method for call in self.emu.calls[start:])
 
     def chats(self, run: int, count: int) -> list[Chat]:
         out = []
@@ -356,6 +365,12 @@ class DiscordWorld:
     async def connected(self, timeout: float) -> None:
         await self.emu.wait_ready(timeout)
 
+    def call_count(self) -> int:
+        return len(self.emu.requests)
+
+    def calls_since(self, start: int) -> Counter[str]:
+        return Counter(f"{r.method} {_SNOWFLAKE.sub('{id}', r.path)}" for r in self.emu.requests[start:])
+
     def chats(self, run: int, count: int) -> list[Chat]:
         out = []
         for i in range(count):
@@ -409,6 +424,12 @@ class SlackWorld:
 
     async def connected(self, timeout: float) -> None:
         await self.emu.wait_connected(timeout)
+
+    def call_count(self) -> int:
+        return len(self.emu.calls)
+
+    def calls_since(self, start: int) -> Counter[str]:
+        return Counter(call.method for call in self.emu.calls[start:])
 
     def chats(self, run: int, count: int) -> list[Chat]:
         out = []
