@@ -444,6 +444,7 @@ class Result:
     case: str
     kind: str
     run: int
+    rep: int
     chats: int
     per_chat: int
     latency: float
@@ -515,7 +516,7 @@ async def ping(contestant: Contestant) -> None:
     contestant.ready_s = time.monotonic() - contestant.started_at
 
 
-async def measure(contestant: Contestant, case: str, model: ModelServer, settings: Settings) -> Result:
+async def measure(contestant: Contestant, case: str, rep: int, model: ModelServer, settings: Settings) -> Result:
     world = contestant.world
     run = contestant.next_run
     contestant.next_run += 1
@@ -560,6 +561,7 @@ async def measure(contestant: Contestant, case: str, model: ModelServer, setting
         case=case,
         kind=contestant.kind,
         run=run,
+        rep=rep,
         chats=len(chats),
         per_chat=per_chat,
         latency=latency,
@@ -664,7 +666,7 @@ async def run_one(
     contestant: Contestant, case: str, rep: int, settings: Settings, model: ModelServer,
     report: Callable[[Result], None], *, fresh: bool,
 ) -> None:
-    result = await measure(contestant, case, model, settings)
+    result = await measure(contestant, case, rep, model, settings)
     started = f"started {contestant.ready_s:.1f} s before, " if fresh else ""
     print(
         f"  {result.platform:8} {case:10} {contestant.label:24} run {rep + 1}: {started}{describe(result)}", flush=True
@@ -690,9 +692,12 @@ async def stop_all(contestants: list[Contestant]) -> None:
 
 async def race_fresh(
     platform: str, cases: Sequence[str], settings: Settings, model: ModelServer, report: Callable[[Result], None]
-) -> None:
+) -> bool:
     """Every measured run gets a contestant process of its own, started for it and alone on
-    the machine (besides the harness and the model): runs do not inherit each other's state."""
+    the machine (besides the harness and the model): runs do not inherit each other's state.
+    A run that fails is reported and skipped (the others still count); returns False if any did."""
+    ok = True
+    told: set[str] = set()
     for rep in range(settings.repeat):
         for case in cases:
             for kind in lineup(platform, case, rep):
@@ -700,8 +705,14 @@ async def race_fresh(
                 try:
                     await ready([contestant])
                     await run_one(contestant, case, rep, settings, model, report, fresh=True)
+                except RuntimeError as exc:
+                    ok = False
+                    detail = str(exc) if kind not in told else str(exc).splitlines()[0]
+                    told.add(kind)
+                    print(f"  {platform:8} {case:10} {LABELS[kind]:24} run {rep + 1}: FAILED: {detail}", flush=True)
                 finally:
                     await stop_all([contestant])
+    return ok
 
 
 async def race_reusing(
@@ -754,11 +765,7 @@ async def race(
         return await race_reusing(platforms, cases, settings, model, report)
     ok = True
     for platform in platforms:
-        try:
-            await race_fresh(platform, cases, settings, model, report)
-        except RuntimeError as exc:
-            ok = False
-            print(f"{platform}: FAILED: {exc}", flush=True)
+        ok = await race_fresh(platform, cases, settings, model, report) and ok
     return ok
 
 
@@ -789,14 +796,20 @@ class Verdict:
         return "n/a" if self.ok is None else "PASS" if self.ok else "MISS"
 
 
+def paired(mine: list[Result], theirs: list[Result]) -> list[tuple[Result, Result]]:
+    """Runs of the same repetition, side by side (a repetition one side failed is left out)."""
+    by_rep = {r.rep: r for r in theirs}
+    return [(a, by_rep[a.rep]) for a in mine if a.rep in by_rep]
+
+
 def judge(platform: str, case: str, results: list[Result]) -> Verdict | None:
     mine = [r for r in results if r.platform == platform and r.case == case and r.kind.startswith("botweave")]
     kinds = case_contestants(platform, case)
     ref_kind = next((k for k in kinds if not k.startswith("botweave")), None)
     theirs = [r for r in results if r.platform == platform and r.case == case and r.kind == ref_kind]
     ref_label = LABELS[ref_kind] if ref_kind else "—"
-    if case == "cpu" and mine and theirs:
-        ratios = [a.cpu_ms / b.cpu_ms for a, b in zip(mine, theirs)]
+    if case == "cpu" and paired(mine, theirs):
+        ratios = [a.cpu_ms / b.cpu_ms for a, b in paired(mine, theirs)]
         return Verdict(
             platform, "CPU/msg, zero latency",
             spread([r.cpu_ms for r in mine]) + " ms",
@@ -831,8 +844,8 @@ def judge(platform: str, case: str, results: list[Result]) -> Verdict | None:
             "—", spread([r.wall_ratio for r in mine]) + f"× {mine[0].ideal:.2f} s",
             "≤ 1.25×, no edit under the floor", ok,
         )
-    if case == "throughput" and mine and theirs:
-        ratios = [a.rate / b.rate for a, b in zip(mine, theirs)]
+    if case == "throughput" and paired(mine, theirs):
+        ratios = [a.rate / b.rate for a, b in paired(mine, theirs)]
         ok = statistics.median(ratios) >= 1.0 and all(r.violations == 0 and r.missing == 0 for r in mine)
         return Verdict(
             platform, f"throughput, K={mine[0].per_chat}",
