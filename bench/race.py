@@ -71,7 +71,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import yaml
@@ -86,6 +85,7 @@ from bench.race_world import (  # noqa: E402
     SlackWorld,
     TelegramWorld,
     Tracker,
+    World,
     user_text,
 )
 
@@ -235,7 +235,7 @@ class ModelServer:
 @dataclass
 class Contestant:
     kind: str
-    world: Any  # a World
+    world: World
     argv: list[str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
@@ -328,7 +328,7 @@ def botweave_env() -> dict[str, str]:
     return env
 
 
-def write_botweave_config(path: Path, world: Any, model_url: str, streaming: bool) -> Path:
+def write_botweave_config(path: Path, world: World, model_url: str, streaming: bool) -> Path:
     config = {
         "bot": {"unknown_user_policy": "allow", "streaming": streaming},
         "agents": {
@@ -347,7 +347,7 @@ def write_botweave_config(path: Path, world: Any, model_url: str, streaming: boo
     return path
 
 
-def make_world(platform: str, settings: Settings) -> Any:
+def make_world(platform: str, settings: Settings) -> World:
     if platform == "telegram":
         return TelegramWorld(settings.telegram_rps)
     if platform == "discord":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import re
 import sys
 import time
@@ -266,6 +267,7 @@ class World(Protocol):
     """One platform emulator, seen by the harness."""
 
     name: str
+    edit_floor: float  # seconds: the least a platform allows between two writes of one message
     sink: Sink
 
     async def start(self) -> None: ...
@@ -536,7 +538,8 @@ async def _serve_model() -> None:
     print(await model.start(), flush=True)
     loop = asyncio.get_running_loop()
     stdin_closed = asyncio.Event()
-    loop.add_reader(sys.stdin.fileno(), lambda: stdin_closed.set() if not sys.stdin.buffer.read1(65536) else None)
+    stdin = sys.stdin.fileno()
+    loop.add_reader(stdin, lambda: None if os.read(stdin, 65536) else stdin_closed.set())
     await stdin_closed.wait()  # the harness closes our stdin (or dies): time to go
     await model.stop()
 
