@@ -288,7 +288,11 @@ class Contestant:
         while self.proc.poll() is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.proc.poll() is None:
-            print(f"note: {self.world.name} {self.label} did not exit {grace:.0f} s after SIGTERM: killed", flush=True)
+            print(
+                f"note: {self.world.name} {self.label} was still shutting down {grace:.0f} s after SIGTERM "
+                f"(load average {load_average()}): killed",
+                flush=True,
+            )
             self.proc.kill()
             self.proc.wait()
 
