@@ -175,6 +175,8 @@ async def http_chunks(
     try:
         async with aiohttp.ClientSession(timeout=_TIMEOUT) as session:
             async with session.get(url, headers=dict(headers or {}), allow_redirects=follow_redirects) as response:
+                if 300 <= response.status < 400 and not follow_redirects:
+                    raise FileUnavailable(f"HTTP {response.status}: redirected (to a sign-in page?), not the file")
                 if response.status != 200:
                     raise FileUnavailable(f"HTTP {response.status}")
                 if refuse_html and base_mime(response.headers.get("Content-Type")) == "text/html":
