@@ -66,13 +66,14 @@ class ActionError(Exception):
 
 
 class FileTooLarge(Exception):
-    """A file is over the size limit: as declared by the platform, or counted while it
-    arrived (`size` is then how far the count got before reading stopped)."""
+    """A file is over the size limit: as declared (`size` is then its size), or `counted`
+    while it arrived (`size` is then how far the count got before reading stopped)."""
 
-    def __init__(self, size: int | None, limit: int, detail: str = "") -> None:
+    def __init__(self, size: int | None, limit: int, detail: str = "", *, counted: bool = False) -> None:
         super().__init__(detail or f"{size} bytes, over the limit of {limit}")
         self.size = size
         self.limit = limit
+        self.counted = counted
 
 
 class FileUnavailable(Exception):
@@ -340,7 +341,9 @@ class Adapter(ABC):
         try:
             async for chunk in chunks:
                 if len(data) + len(chunk) > max_bytes:
-                    raise FileTooLarge(len(data) + len(chunk), max_bytes, "more bytes arrived than the limit allows")
+                    raise FileTooLarge(
+                        len(data) + len(chunk), max_bytes, "more bytes arrived than the limit allows", counted=True
+                    )
                 data += chunk
         except (FileTooLarge, FileUnavailable):
             raise

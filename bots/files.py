@@ -292,7 +292,7 @@ async def file_from_url(
                     data = bytearray()
                     async for chunk in response.content.iter_chunked(CHUNK_BYTES):
                         if len(data) + len(chunk) > max_bytes:
-                            raise FileTooLarge(len(data) + len(chunk), max_bytes)
+                            raise FileTooLarge(len(data) + len(chunk), max_bytes, counted=True)
                         data += chunk
                     name = filename or _name_in(url, response.headers.get("Content-Disposition"))
                     return make_file(bytes(data), name, mime, served_as=response.headers.get("Content-Type"))
@@ -357,8 +357,8 @@ async def send_file(
             media=media, data=data, data_base64=data_base64, path=path, url=url, filename=filename, mime=mime, egress=egress
         )
     except FileTooLarge as exc:
-        shown = human_size(exc.size) or "too large"
-        return MessageActionResult("failed", to.target, f"send_file: the file is {shown}; the limit is {human_size(exc.limit)}")
+        size = "over the limit" if exc.counted or exc.size is None else human_size(exc.size)
+        return MessageActionResult("failed", to.target, f"send_file: the file is {size}; the limit is {human_size(exc.limit)}")
     except (FileRefused, OSError) as exc:
         return MessageActionResult("failed", to.target, f"send_file: {exc}")
     delivered = await delivery.post_file(to, file, caption=caption, key=key, origin=origin)

@@ -159,8 +159,10 @@ class MediaReader:
         except FileTooLarge as exc:
             limit = human_size(exc.limit)
             if parts is not None:
-                size = f"is {human_size(exc.size)}" if exc.size and exc.size > exc.limit else "is larger than that"
-                parts.problems.append(f"{name} {size}; the limit is {limit}")
+                if exc.counted or exc.size is None:
+                    parts.problems.append(f"{name} is over the {limit} limit")
+                else:
+                    parts.problems.append(f"{name} is {human_size(exc.size)}; the limit is {limit}")
                 parts.both(marker(ref, note=f"not read: over the {limit} limit"))
         except FileUnavailable as exc:
             log.warning("%s: a file could not be fetched: %s", self.adapter.platform, exc)
