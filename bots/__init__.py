@@ -14,6 +14,7 @@ from botweave.types import (
     BotUser,
     MessageActionResult,
     MessageType,
+    OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
     QuotedRef,
@@ -22,6 +23,6 @@ from botweave.version import __version__
 
 __all__ = [
     "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Config", "ConfigError", "HookEvent",
-    "HookRegistry", "MessageActionResult", "MessageType", "PlatformCapabilities", "PlatformEvent",
+    "HookRegistry", "MessageActionResult", "MessageType", "OutboundFile", "PlatformCapabilities", "PlatformEvent",
     "QuotedRef", "TurnOutcome", "load_config", "__version__",
 ]
