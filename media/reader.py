@@ -225,10 +225,9 @@ class MediaStep:
 
     async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         msg = inbound.message
-        quoted = msg.quoted.attachments if msg.quoted is not None else ()
         target = inbound.target
         agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
-        if agent is None or not any(is_file(ref) for ref in (*msg.attachments, *quoted)):
+        if agent is None or not self._has_files(msg, agent):
             return await call_next(inbound)
         await inbound.adapter.typing(msg.channel.channel_id, thread_id=msg.thread_id)
         reading = await MediaReader(inbound.adapter, agent, self._media[agent.name]).read(msg)
@@ -236,3 +235,11 @@ class MediaStep:
             await inbound.reply.send_text(reading.notice, purpose="media-notice")
         inbound.turn = reading.turn
         return await call_next(inbound)
+
+    @staticmethod
+    def _has_files(msg: BotMessage, agent: Agent) -> bool:
+        """Files of its own, or a replied-to picture the agent can look at."""
+        if any(is_file(ref) for ref in msg.attachments):
+            return True
+        quoted = msg.quoted.attachments if msg.quoted is not None else ()
+        return has_vision(agent) and any(is_file(ref) and kind_of(ref) == "image" for ref in quoted)
