@@ -137,7 +137,7 @@ class MediaReader:
         if data is None:
             return
         if kind == "image":
-            self._image(ref, data, parts)
+            await self._image(ref, data, parts)
         elif kind == "document":
             await self._document(ref, mime, data, parts)
         else:
@@ -151,7 +151,7 @@ class MediaReader:
                 continue
             data = await self._download(ref, display_name(ref), None)
             if data is not None:
-                self._image(ref, data, parts, replied=True)
+                await self._image(ref, data, parts, replied=True)
 
     async def _download(self, ref: Mapping[str, Any], name: str, parts: _Parts | None) -> bytes | None:
         try:
@@ -171,13 +171,13 @@ class MediaReader:
                 parts.both(marker(ref, note="could not be fetched"))
         return None
 
-    def _image(self, ref: Mapping[str, Any], data: bytes, parts: _Parts, *, replied: bool = False) -> None:
+    async def _image(self, ref: Mapping[str, Any], data: bytes, parts: _Parts, *, replied: bool = False) -> None:
         mime = sniff_mime(data) or mime_of(ref)
         shown = marker(ref, size=len(data), mime=mime)
         if self._image_limit is None:
             self._image_limit = limit_for(self.agent.model)
         try:
-            sent, sent_mime = fit(data, mime, self._image_limit)
+            sent, sent_mime = await asyncio.to_thread(fit, data, mime, self._image_limit)  # scaling is CPU work
         except ImageUnreadable as exc:
             log.info("an image could not be read: %s", exc)
             parts.both(marker(ref, size=len(data), mime=mime, note="unreadable image"))
@@ -187,8 +187,8 @@ class MediaReader:
 
     async def _document(self, ref: Mapping[str, Any], mime: str, data: bytes, parts: _Parts) -> None:
         full_mime = str(ref.get("mime") or mime)
-        extracted = await asyncio.to_thread(extract, data, full_mime if "charset" in full_mime else mime,
-                                            self.media.document_chars)
+        charset_mime = full_mime if "charset" in full_mime else mime
+        extracted = await asyncio.to_thread(extract, data, charset_mime, self.media.document_chars)
         shown = marker(ref, size=len(data), mime=mime)
         if extracted.problem:
             parts.both(marker(ref, size=len(data), mime=mime, note=extracted.problem))
