@@ -130,6 +130,10 @@ class PlatformDriver:
         """How many times the bot fetched a file's bytes from the platform."""
         raise NotImplementedError
 
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        """A person answers one of the messages in `chat` (in its thread, on Slack)."""
+        raise NotImplementedError
+
     async def _next_message(self, before: int) -> BotMessage:
         await wait_until(lambda: len(self.received) > before, what="the adapter to hand on a message")
         item = self.received[before]
@@ -216,6 +220,11 @@ class TelegramDriver(PlatformDriver):
     def file_fetches(self) -> int:
         return len(self.emu.downloads)
 
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        self.emu.push_message(self.dm, self.ANN, text, reply_to=self.emu.messages[(int(self.chat), int(to.message_id))])
+        return await self._next_message(before)
+
 
 def speaker_of_telegram_post(message: dict[str, Any]) -> tuple[str, str]:
     """Telegram cannot change a post's author: the agent's name is a bold `Name:` in front
@@ -292,6 +301,11 @@ class DiscordDriver(PlatformDriver):
     def file_fetches(self) -> int:
         return len(self.emu.cdn_fetches)
 
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        await self.emu.dispatch("MESSAGE_CREATE", self.emu.message(text, channel_id=self.chat, reply_to=to.message_id))
+        return await self._next_message(before)
+
     async def own_post_comes_back(self, text: str) -> list[Item]:
         own = self.emu.message(text, channel_id=self.chat, author=self.emu.bot)
         await self.emu.dispatch("MESSAGE_CREATE", own)
@@ -367,6 +381,12 @@ class SlackDriver(PlatformDriver):
 
     def file_fetches(self) -> int:
         return len(self.emu.file_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        event = self.emu.post_as_user(self.chat, self.person, text, thread_ts=to.message_id)
+        await self.delivery.deliver_all(event_callback(event))
+        return await self._next_message(before)
 
     async def own_post_comes_back(self, text: str) -> list[Item]:
         before = len(self.received)

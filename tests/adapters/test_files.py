@@ -81,3 +81,13 @@ async def test_a_file_larger_than_it_declared_is_cut_off_at_the_limit(platform: 
     with pytest.raises(FileTooLarge) as refused:
         await platform.adapter.download(msg.attachments[0], max_bytes=100_000)
     assert refused.value.limit == 100_000 and (refused.value.counted or refused.value.size == 300_000)
+
+
+async def test_a_reply_carries_the_files_of_the_message_it_answers(platform: PlatformDriver) -> None:
+    if not platform.receives_files:
+        pytest.skip(f"{platform.name} receives no files")
+    photo = await platform.person_sends_file(PNG, "cat.png", "image/png")
+    reply = await platform.person_replies("what is this?", photo)
+    assert reply.quoted is not None and reply.quoted.message_id == photo.message_id
+    (ref,) = reply.quoted.attachments
+    assert await platform.adapter.download(ref, max_bytes=10_000) == PNG
