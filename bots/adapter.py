@@ -7,19 +7,26 @@ platforms that need a fast acknowledgement get one. Its outbound part (`Outbound
 platform's calls.
 
 The outbound actions follow python-telegram-bot's `BaseRequest`: the public methods here
-(`send`, `edit`, `delete`, `react`, `send_as`, `send_direct`) hold every rule once — nothing is
-routable before `start`, empty text is never posted, a missing capability is `unsupported`, an
-agent the platform cannot post as gets its name in front of the text — then call the platform's
-primitive, which only makes the request, and turn whatever it raises into a
+(`send`, `edit`, `delete`, `react`, `send_as`, `send_direct`, `send_file`) hold every rule once
+— nothing is routable before `start`, empty text is never posted, a missing capability is
+`unsupported`, an agent the platform cannot post as gets its name in front of the text, a
+caption longer than the platform allows continues in messages after the file — then call the
+platform's primitive, which only makes the request, and turn whatever it raises into a
 `MessageActionResult` through that platform's one `classify` hook. So every outcome is a typed
 result, and one failed action never stops a turn.
+
+Files people send are read the same way round: `download` holds the size rule (the size the
+platform declares is checked before a byte is fetched, and the bytes are counted again as they
+arrive, so a file that lies about its size is cut off at the limit and never held whole) and
+the platform's `read_file` only streams the bytes through its own API with its own
+credentials. The URLs involved may carry a token; they stay inside the adapter.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -31,6 +38,7 @@ from botweave.types import (
     BotMessage,
     BotUser,
     MessageActionResult,
+    OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
 )
@@ -55,6 +63,37 @@ class ActionError(Exception):
         super().__init__(detail)
         self.status: ActionStatus = status
         self.detail = detail
+
+
+class FileTooLarge(Exception):
+    """A file is over the size limit: as declared (`size` is then its size), or `counted`
+    while it arrived (`size` is then how far the count got before reading stopped)."""
+
+    def __init__(self, size: int | None, limit: int, detail: str = "", *, counted: bool = False) -> None:
+        super().__init__(detail or f"{size} bytes, over the limit of {limit}")
+        self.size = size
+        self.limit = limit
+        self.counted = counted
+
+
+class FileUnavailable(Exception):
+    """A file could not be fetched; the message says why in words safe to log and show (it
+    never contains the URL, which may carry a token)."""
+
+
+class ByteLimit:
+    """The size rule of one download, handed to the platform's `read_file` so that a size
+    the platform declares on the way (getFile's `file_size`, a Content-Length) is checked
+    before the bytes are fetched."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    def declared(self, size: object) -> None:
+        """Refuse a file whose declared size is over the limit; an unknown size passes (the
+        bytes are counted anyway)."""
+        if isinstance(size, int) and not isinstance(size, bool) and size > self.max_bytes:
+            raise FileTooLarge(size, self.max_bytes)
 
 
 class NoIdentity(Exception):
@@ -92,6 +131,19 @@ class Outbound(ABC):
     async def send_as(self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None) -> str | None:
         """Post under the agent's own name and picture; raise `NoIdentity` where that is impossible."""
         raise NoIdentity
+
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """Post one file with a caption already within the platform's caption limit."""
+        raise ActionError("unsupported", "send_file: not supported")
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        """Stream the bytes of an inbound attachment (one of `BotMessage.attachments`) through
+        the platform's API with the bot's credentials; report a size the platform declares on
+        the way to `limit`. The caller counts the bytes and stops reading at the limit."""
+        raise ActionError("unsupported", "this platform has no files to read")
+        yield b""  # a generator, like the platforms' own
 
     async def direct_chat(self, user_id: str) -> str:
         """The chat that reaches this user privately; on most platforms the user id itself."""
@@ -246,6 +298,67 @@ class Adapter(ABC):
 
         result = await self._perform("send", user_id, open_chat, text=text)
         return await self.send(opened[0], text) if result.ok else result
+
+    async def send_file(
+        self,
+        chat_id: str,
+        file: OutboundFile,
+        *,
+        caption: str = "",
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """Post a file. The caption goes with it up to the platform's caption limit and goes on
+        in plain messages after it; `message_id` is the file's message, `message_ids` all of
+        them."""
+        caps = self.capabilities
+        if not file.data:
+            return MessageActionResult("failed", chat_id, "send_file: the file is empty")
+        pieces = chunk_text(caption, caps.caption_limit, caps.length_unit) if caption.strip() else []
+        first = pieces[0] if pieces else ""
+        result = await self._perform(
+            "send",
+            chat_id,
+            lambda out: out.send_file(chat_id, file, caption=first, thread_id=thread_id, reply_to=reply_to),
+        )
+        ids = [result.message_id] if result.message_id else []
+        for piece in pieces[1:]:
+            if not result.ok:
+                break
+            more = await self.send(chat_id, piece, thread_id=thread_id)
+            if not more.ok:
+                return MessageActionResult(more.status, chat_id, more.detail, result.message_id, tuple(ids))
+            if more.message_id:
+                ids.append(more.message_id)
+        return MessageActionResult(result.status, chat_id, result.detail, result.message_id, tuple(ids))
+
+    async def download(self, ref: Mapping[str, Any], max_bytes: int) -> bytes:
+        """The bytes of an inbound attachment, never more than `max_bytes`: `FileTooLarge` when
+        the declared size or the bytes themselves go over it, `FileUnavailable` for any other
+        failure (in words safe to show; never the URL)."""
+        out = self.outbound
+        if out is None:
+            raise FileUnavailable(f"the {self.platform} adapter is not started")
+        limit = ByteLimit(max_bytes)
+        limit.declared(ref.get("size"))
+        data = bytearray()
+        chunks = out.read_file(ref, limit)
+        try:
+            async for chunk in chunks:
+                if len(data) + len(chunk) > max_bytes:
+                    raise FileTooLarge(
+                        len(data) + len(chunk), max_bytes, "more bytes arrived than the limit allows", counted=True
+                    )
+                data += chunk
+        except (FileTooLarge, FileUnavailable):
+            raise
+        except ActionError as exc:
+            raise FileUnavailable(exc.detail) from None
+        except Exception as exc:
+            raise FileUnavailable(out.classify(exc, "download")[1]) from None
+        finally:
+            await chunks.aclose()
+        return bytes(data)
 
     async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
         """Show the typing indicator once; the runtime renews it every `typing_interval_s`.

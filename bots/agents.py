@@ -6,8 +6,11 @@ otherwise slow `botweave --help` and every `import bots`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
+import mimetypes
 import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import Any
 from botweave.config import AgentConfig
 from botweave.store import Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
+from botweave.types import OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +174,74 @@ def _calls_of(message: Any) -> list[ToolCall]:
 
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+#: A user turn as the model reads it: text, or OpenAI-style content parts (text and images).
+UserContent = str | list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """What an agent is given for one message: the text (words, transcripts, documents, markers
+    for what was not read), the images it may look at as content parts, and `record`, the
+    compact text history keeps instead of the bytes (None: the text itself)."""
+
+    text: str
+    images: tuple[dict[str, Any], ...] = ()
+    record: str | None = None
+
+    def content(self, prefix: str = "") -> UserContent:
+        text = prefix + self.text
+        if not self.images:
+            return text
+        words = [{"type": "text", "text": text}] if text.strip() else []
+        return [*words, *self.images]
+
+    def history(self, prefix: str = "") -> str:
+        return prefix + (self.text if self.record is None else self.record)
+
+
+def decode_data_url(url: str) -> tuple[str, bytes] | None:
+    """(type, bytes) of a base64 `data:` URL; None for anything else."""
+    if not url.startswith("data:") or "," not in url:
+        return None
+    header, payload = url[len("data:") :].split(",", 1)
+    parts = header.split(";")
+    if "base64" not in parts[1:]:
+        return None
+    try:
+        return (parts[0] or "application/octet-stream"), base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _image_url(item: Any) -> str:
+    """The URL of an image part, whether litellm handed it over as a dict or an object."""
+    image = item.get("image_url") if isinstance(item, dict) else getattr(item, "image_url", None)
+    if isinstance(image, dict):
+        return str(image.get("url") or "")
+    return str(getattr(image, "url", image) or "")
+
+
+def images_of(message: Any, found: list[OutboundFile]) -> None:
+    """Collect the images a model returned (litellm's `images`, or image parts of a list
+    content) as files; images given only by an http URL are not fetched."""
+    items = list(getattr(message, "images", None) or [])
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    for item in items:
+        decoded = decode_data_url(_image_url(item))
+        if decoded is None:
+            log.info("a model returned an image that is not a data: URL; not sent")
+            continue
+        mime, data = decoded
+        extension = mimetypes.guess_extension(mime, strict=False) or ".png"
+        found.append(OutboundFile(data, f"image-{len(found) + 1}{extension}", mime))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
 
 
 @dataclass
@@ -192,7 +264,7 @@ class Agent:
     def model(self) -> str:
         return self.config.model
 
-    def _messages(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn) -> list[dict[str, Any]]:
+    def _messages(self, history: list[dict[str, Any]], user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
         system = self.config.instructions
         note = turn.note() if self.tools else ""
         if note:
@@ -243,7 +315,15 @@ class Agent:
             messages.append(message)
             turn.messages.append(message)
 
-    async def complete(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None) -> str:
+    async def complete(
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
+    ) -> str:
+        """The whole reply's text; images the model returns land in `images`."""
         litellm = litellm_module()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
@@ -256,14 +336,22 @@ class Agent:
             message = response.choices[0].message
             calls = _calls_of(message) if round_number < rounds else []
             if not calls:
-                text = message.content or ""
+                if images is not None:
+                    images_of(message, images)
+                text = _text_of(message.content)
                 return text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
             await self._run_round(messages, turn, message.content, calls)
         return ""  # not reached: the last round never runs calls
 
     async def stream(
-        self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
     ) -> AsyncIterator[str]:
+        """The reply's text as it arrives; images the model returns land in `images`."""
         litellm = litellm_module()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
@@ -278,6 +366,8 @@ class Agent:
                     delta = chunk.choices[0].delta if chunk.choices else None
                     if delta is None:
                         continue
+                    if images is not None:
+                        images_of(delta, images)
                     if delta.content:
                         if not text and shown:
                             yield ROUND_SEPARATOR

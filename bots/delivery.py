@@ -1,8 +1,8 @@
 """Delivery: the one way out. Every message the product posts (replies, room turns, pairing
-notices, notifications, what agents' tools post) leaves through here, so `message_sending` /
-`message_sent` hooks and the outbox see all of it, and every platform gets the same shaping.
-Agents' edits, deletions, reactions and new threads go through here too, so a hook that
-rewrites outgoing text sees an edit's text as well.
+notices, notifications, files, what agents' tools post) leaves through here, so
+`message_sending` / `message_sent` hooks and the outbox see all of it, and every platform gets
+the same shaping. Agents' edits, deletions, reactions and new threads go through here too, so
+a hook that rewrites outgoing text sees an edit's text as well.
 
 `Delivery.post` is the primitive: hooks, chunking to the platform's limit, one send per
 chunk (recorded in the outbox when the post has a key), hooks again. `ReplyChannel` is a
@@ -22,7 +22,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
 from botweave.streaming import StreamingReply
-from botweave.types import AgentIdentity, BotMessage, MessageActionResult
+from botweave.types import AgentIdentity, BotMessage, MessageActionResult, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,42 @@ class Delivery:
         await self.after_send(to, delivered, None)
         return delivered
 
+    async def post_file(
+        self,
+        to: Destination,
+        file: OutboundFile,
+        *,
+        caption: str = "",
+        key: str | None = None,
+        origin: BotMessage | None = None,
+    ) -> Delivered:
+        """Post a file with a caption: `message_sending` hooks see the caption (and the file's
+        name, type and size) and may rewrite or cancel it; with a key the file is never posted
+        twice. The adapter cuts the caption to the platform's caption limit."""
+        delivered = Delivered()
+        final = await self.before_send(to, caption, origin, file=file)
+        if final is None:
+            delivered.cancelled = True
+            return delivered
+        delivered.text = final
+        file_key = f"{key}:file" if key is not None else None
+        if file_key is not None and self.outbox is not None and not await self.outbox.claim(file_key):
+            sent = await self.outbox.sent_id(file_key)
+            log.info("%s: file %s of %s was already sent; not sending it again", to.adapter.platform, file.filename, key)
+            delivered.message_ids.extend(sent.split(",") if sent else [])
+            return delivered
+        result = await to.adapter.send_file(
+            to.chat_id, file, caption=final, thread_id=to.thread_id, reply_to=to.reply_to
+        )
+        delivered.message_ids.extend(result.message_ids or ((result.message_id,) if result.message_id else ()))
+        if not result.ok:
+            delivered.failures.append(result)
+            log.warning("%s: sending a file to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
+        if file_key is not None and self.outbox is not None and delivered.message_ids:
+            await self.outbox.record(file_key, ",".join(delivered.message_ids))
+        await self.after_send(to, delivered, origin, file=file)
+        return delivered
+
     async def send_chunk(
         self, to: Destination, text: str, index: int, *, key: str | None = None, identity: AgentIdentity | None = None
     ) -> MessageActionResult:
@@ -191,19 +227,23 @@ class Delivery:
             await self.outbox.record(chunk_key, result.message_id)
         return result
 
-    async def before_send(self, to: Destination, text: str, origin: BotMessage | None) -> str | None:
-        """`message_sending` hooks may rewrite the text or cancel the post (None)."""
+    async def before_send(
+        self, to: Destination, text: str, origin: BotMessage | None, *, file: OutboundFile | None = None
+    ) -> str | None:
+        """`message_sending` hooks may rewrite the text (a file's caption) or cancel the post (None)."""
         if not self.hooks.has("message_sending"):
             return text
-        event = await self.hooks.run(HookEvent("message_sending", _payload(to, text), message=origin, text=text))
+        event = await self.hooks.run(HookEvent("message_sending", _payload(to, text, file), message=origin, text=text))
         return None if event.denied or event.text is None else event.text
 
-    async def after_send(self, to: Destination, delivered: Delivered, origin: BotMessage | None) -> None:
+    async def after_send(
+        self, to: Destination, delivered: Delivered, origin: BotMessage | None, *, file: OutboundFile | None = None
+    ) -> None:
         await to.adapter.end_reply(to.chat_id, delivered.message_ids)
         if self.ledger is not None and delivered.message_ids:
             await self.ledger.record(to.adapter.platform, to.chat_id, delivered.message_ids)
         if self.hooks.has("message_sent"):
-            payload = _payload(to, delivered.text) | {"message_ids": list(delivered.message_ids)}
+            payload = _payload(to, delivered.text, file) | {"message_ids": list(delivered.message_ids)}
             await self.hooks.run(HookEvent("message_sent", payload, message=origin, text=delivered.text))
 
 
@@ -242,14 +282,17 @@ class Delivery:
         return result
 
 
-def _payload(to: Destination, text: str) -> dict[str, object]:
-    return {
+def _payload(to: Destination, text: str, file: OutboundFile | None = None) -> dict[str, object]:
+    payload: dict[str, object] = {
         "platform": to.adapter.platform,
         "chat_id": to.chat_id,
         "thread_id": to.thread_id,
         "reply_to": to.reply_to,
         "text": text,
     }
+    if file is not None:  # what hooks may know of a file: never its bytes
+        payload["file"] = {"filename": file.filename, "mime": file.mime, "size": file.size}
+    return payload
 
 
 @dataclass
@@ -290,6 +333,12 @@ class ReplyChannel:
             return Delivered(silent=True)
         final = self._final_text(text, model, seconds, tools)
         return await self.delivery.post(self.destination, final, key=self._key(purpose), origin=self.origin)
+
+    async def send_file(self, file: OutboundFile, *, caption: str = "", purpose: str = "file") -> Delivered:
+        """Post a file into the conversation (an image the model drew, say), once per purpose."""
+        return await self.delivery.post_file(
+            self.destination, file, caption=caption, key=self._key(purpose), origin=self.origin
+        )
 
     def can_stream(self) -> bool:
         return self.config.streaming and self.adapter.capabilities.can_edit

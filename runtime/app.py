@@ -23,7 +23,9 @@ from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLedger
+from botweave.files import UrlCheck, send_file
 from botweave.hooks import HookEvent, HookRegistry
+from botweave.media.reader import MediaStep
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
@@ -78,6 +80,9 @@ class App:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
+        #: Where `send_file` may fetch a URL from: the network egress policy's verdict on a URL
+        #: (why not, or None). Unset, no URL is fetched.
+        self.egress: UrlCheck | None = None
         self.targets = Targets(self.adapters)
         self.tools = Toolsets(config.agents, ToolServices(self.delivery, self.targets), config.egress_policy)
         if self.tools.needs_ledger:
@@ -136,6 +141,7 @@ class App:
             observe=Observe(self.agents, self.history),
             rate_limit=RateLimit(self.store),
             admission=AdmissionStep(admission, self.store, limits.busy_message),
+            media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
             turn=AgentTurn(self.agents, self.history, self._finished),
         )
 
@@ -396,6 +402,31 @@ class App:
         if to is None:
             return MessageActionResult("no_route", target, "target not resolvable")
         return (await self.delivery.post(to, text, origin=origin)).result(target)
+
+    async def send_file(
+        self,
+        target: str,
+        *,
+        data: bytes | None = None,
+        data_base64: str | None = None,
+        path: str | None = None,
+        url: str | None = None,
+        filename: str | None = None,
+        mime: str | None = None,
+        caption: str = "",
+        origin: BotMessage | None = None,
+        agent: str | None = None,
+        key: str | None = None,
+    ) -> MessageActionResult:
+        """Post a file to a target from exactly one source: bytes, base64, a `path` inside
+        `media.files_dir`, or a `url` the egress policy allows; within `media.max_bytes` (the
+        agent's own media settings when `agent` is given). The caption follows the platform's
+        caption limit; the rest of a long one follows as messages."""
+        return await send_file(
+            self.delivery, self.targets, target,
+            media=self.config.media_for(agent), origin=origin, data=data, data_base64=data_base64,
+            path=path, url=url, filename=filename, mime=mime, caption=caption, egress=self.egress, key=key,
+        )
 
     async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:
         to = self.targets.resolve(target)

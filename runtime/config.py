@@ -23,6 +23,8 @@ from botweave.config import (
     AgentConfig,
     BotConfig,
     ConfigError,
+    MediaConfig,
+    MediaOverrides,
     NetworkConfig,
     PlatformConfig,
     RouteConfig,
@@ -62,6 +64,7 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     rooms: Rooms = Field(default_factory=dict)
     push: PushConfig = Field(default_factory=PushConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
 
@@ -146,6 +149,12 @@ class Config(Section):
                         found.append(problem((*where, "mcp", name, "url"), refusal))
         return found
 
+    def media_for(self, agent: str | None) -> MediaConfig:
+        """The media settings an agent works with: the top-level `media:` with the agent's own
+        on top (the top level alone for no agent)."""
+        config = self.agents.get(agent) if agent is not None else None
+        return self.media.merged(config.media if config is not None else None)
+
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
 
@@ -210,7 +219,19 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, Config)) from None
     config._env_refs = refs
+    if not isinstance(source, Mapping):
+        _anchor_files_dirs(config, Path(source).resolve().parent)
     return config
+
+
+def _anchor_files_dirs(config: Config, base: Path) -> None:
+    """A relative `files_dir` is relative to the configuration file, like every path in it,
+    not to wherever the bot happens to be started from."""
+    sections: list[MediaConfig | MediaOverrides] = [config.media]
+    sections += [agent.media for agent in config.agents.values() if agent.media is not None]
+    for section in sections:
+        if section.files_dir and not Path(section.files_dir).expanduser().is_absolute():
+            section.files_dir = str(base / section.files_dir)
 
 
 def _yaml_problem(origin: str, exc: yaml.YAMLError) -> str:

@@ -3,7 +3,9 @@ history appended. A turn with tools records its calls and their results in histo
 answer, as one item, so later turns see what the agent did.
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
-indicator is renewed for as long as the turn runs.
+indicator is renewed for as long as the turn runs. The agent reads what the media step made
+of the message's files when there were any (images as content parts), and history keeps
+their compact markers; images the model returns follow its words as files.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from botweave.agents import Agent, AgentError, History, ToolTurn
+from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
 from botweave.delivery import Delivered, ReplyChannel
+from botweave.files import markers_for, message_text
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.tooling import ToolContext
-from botweave.types import BotMessage
+from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +31,15 @@ APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment.
 Finished = Callable[[BotMessage, Agent, Delivered, float], Awaitable[None]]
 
 
+def attribution(msg: BotMessage) -> str:
+    """What goes in front of a user turn: its author's name in groups."""
+    return f"[{msg.sender.name}] " if msg.is_group else ""
+
+
 def user_entry(msg: BotMessage) -> dict[str, str]:
-    """The user turn as stored and sent: attributed to its author in groups."""
-    turn = msg.prompt_text
-    if msg.is_group:
-        turn = f"[{msg.sender.name}] {turn}"
-    return {"role": "user", "content": turn}
+    """The user turn as stored and sent when its files are not read: attributed to its
+    author in groups, with a marker per file."""
+    return {"role": "user", "content": attribution(msg) + message_text(msg)}
 
 
 async def keep_typing(reply: ReplyChannel) -> None:
@@ -64,27 +70,36 @@ class AgentTurn:
             msg = inbound.message
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
-        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply)
+        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn)
 
-    async def run(self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
+    async def run(
+        self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel, turn: UserTurn | None = None
+    ) -> TurnOutcome:
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
-        entry = user_entry(msg)
-        turn = ToolTurn(ToolContext(agent.name, msg, conversation))
+        turn = turn or UserTurn(message_text(msg))
+        prefix = attribution(msg)
+        content = turn.content(prefix)
+        entry = {"role": "user", "content": turn.history(prefix)}
+        images: list[OutboundFile] = []
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation))
         typing = asyncio.create_task(keep_typing(reply))
         try:
             if reply.can_stream():
                 delivered = await reply.stream_text(
-                    agent.stream(earlier, entry["content"], turn),
+                    agent.stream(earlier, content, tools, images=images),
                     model=agent.model,
                     elapsed=lambda: time.monotonic() - started,
-                    tools=turn.used,
+                    tools=tools.used,
                 )
             else:
-                text = await agent.complete(earlier, entry["content"], turn)
-                delivered = await reply.send_text(
-                    text, model=agent.model, seconds=time.monotonic() - started, tools=turn.used
-                )
+                text = await agent.complete(earlier, content, tools, images=images)
+                if images and not text.strip():
+                    delivered = Delivered()  # only pictures: nothing to say in words
+                else:
+                    delivered = await reply.send_text(
+                        text, model=agent.model, seconds=time.monotonic() - started, tools=tools.used
+                    )
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(APOLOGY, purpose="apology")
@@ -93,9 +108,21 @@ class AgentTurn:
             typing.cancel()
         if delivered.cancelled:
             return TurnOutcome(TurnStatus.CANCELLED, delivered)
-        answer = {"role": "assistant", "content": "" if delivered.silent else delivered.text}
-        await self._history.append_turn(conversation, agent.config.max_history, [entry, *turn.messages, answer])
+        said = "" if delivered.silent else delivered.text
+        if images and not delivered.silent:
+            await self._send_images(reply, images, delivered)
+            said = "\n".join(part for part in (said, markers_for(images)) if part)
+        answer = {"role": "assistant", "content": said}
+        await self._history.append_turn(conversation, agent.config.max_history, [entry, *tools.messages, answer])
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered)
         await self._finished(msg, agent, delivered, time.monotonic() - started)
         return TurnOutcome(TurnStatus.REPLIED, delivered)
+
+    @staticmethod
+    async def _send_images(reply: ReplyChannel, images: list[OutboundFile], delivered: Delivered) -> None:
+        """The model's images, each as a file after its words; their ids join the reply's."""
+        for number, image in enumerate(images, start=1):
+            posted = await reply.send_file(image, purpose=f"image-{number}")
+            delivered.message_ids.extend(posted.message_ids)
+            delivered.failures.extend(posted.failures)

@@ -1,7 +1,7 @@
 """The console platform: talk to an agent in a terminal or through a pipe.
 
 Lines from stdin are messages from one local user in a DM (inbound.py); replies go to stdout
-(outbound.py).
+and files the bot sends are saved, with their path printed (outbound.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class ConsoleAdapter(Adapter):
 
     async def start(self, *, inbound: bool = True) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
-        self.outbound = ConsoleOutbound(self._stdout, typed=self.inbound.has_read)
+        self.outbound = ConsoleOutbound(self._stdout, typed=self.inbound.has_read, save_dir=self.config.save_dir)
         if inbound:
             self.inbound.start()
 

@@ -1,17 +1,23 @@
-"""Outbound: replies, edits, deletions, reactions, typing and room posts through discord.py's REST client.
+"""Outbound: replies, edits, deletions, reactions, typing, files and room posts through
+discord.py's REST client.
 
 discord.py's own per-route rate limiting and `retry_after` handling are relied on instead of
-adding a second layer that would fight them. `classify` reads discord.py's errors.
+adding a second layer that would fight them. `classify` reads discord.py's errors. Files go
+up as message attachments (multipart, the caption as the message's content); files people
+sent are read from Discord's CDN, whose attachment URLs need no bot token.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Literal
 
 import discord
-from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
-from botweave.types import AgentIdentity
+from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
+from botweave.files import http_chunks
+from botweave.types import AgentIdentity, OutboundFile
 
 from ..cache import BoundedCache
 from .webhooks import DiscordWebhooks
@@ -62,6 +68,27 @@ class DiscordOutbound(Outbound):
         sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
         self._message_channels.put(str(sent.id), target)
         return str(sent.id)
+
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        target = self._target_id(chat_id, thread_id=thread_id)
+        reference = None
+        if reply_to:
+            reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
+        upload = discord.File(io.BytesIO(file.data), filename=file.filename)
+        sent = await self._channel(target).send(
+            caption or None, file=upload, reference=reference, allowed_mentions=ALLOWED_MENTIONS
+        )
+        self._message_channels.put(str(sent.id), target)
+        return str(sent.id)
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        url = str(ref.get("url") or "")
+        if not url:
+            raise ActionError("failed", "the attachment has no URL")
+        async for chunk in http_chunks(url, limit):
+            yield chunk
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         channel = self._channel(self._target_id(chat_id, message_id, thread_id))

@@ -10,16 +10,24 @@ Rooms post each agent's turn under the agent's own name and icon (`username`, `i
 refuses the post (`missing_scope`, needed `chat:write.customize`); the operator is told once,
 the agent's name goes in bold in front of the text for the rest of the process, and the
 refused turn is posted again that way (a refused post was not delivered).
+
+Files go up with Slack's external upload flow (`files.getUploadURLExternal`, the bytes to
+the upload URL, `files.completeUploadExternal` sharing them with the caption as its comment).
+Files people sent are read from their `url_private` with the bot token, which is sent to
+Slack's own hosts only; a redirect or a web page instead of the file means Slack did not
+accept the token for it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
-from botweave.types import AgentIdentity
+from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
+from botweave.files import http_chunks
+from botweave.types import AgentIdentity, OutboundFile
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -104,6 +112,39 @@ class SlackOutbound(Outbound):
         self._posted(chat_id, ts, thread_id, body)
         return ts or None
 
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """The external upload flow; the caption is the share's comment. The ts of the message
+        that shares the file, when Slack reports it."""
+        comment = markdown_to_mrkdwn(caption) if caption.strip() else None
+        kwargs: dict[str, Any] = {"channel": chat_id, "filename": file.filename, "content": file.data, "title": file.filename}
+        if comment:
+            kwargs["initial_comment"] = comment
+        if thread_id:
+            kwargs["thread_ts"] = thread_id
+        response = await self._post_client.files_upload_v2(**kwargs)
+        ts = _share_ts(response.get("files") or [], chat_id)
+        if ts:
+            self._posted(chat_id, ts, thread_id, comment or "")
+        return ts
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        url = str(ref.get("url") or "")
+        if not url:
+            raise ActionError("failed", "the file has no url_private")
+        if not self._slack_host(url):
+            raise ActionError("failed", "the file is not on a Slack host; the bot token is not sent there")
+        headers = {"Authorization": f"Bearer {self._client.token}"}
+        async for chunk in http_chunks(url, limit, headers=headers, follow_redirects=False, refuse_html=True):
+            yield chunk
+
+    def _slack_host(self, url: str) -> bool:
+        """Slack's file hosts, or the host the Web API is configured at (a proxy, a test)."""
+        host = (urlsplit(url).hostname or "").lower()
+        api_host = (urlsplit(self._client.base_url).hostname or "").lower()
+        return bool(host) and (host == api_host or host == "slack.com" or host.endswith(".slack.com"))
+
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         body = markdown_to_mrkdwn(text)
         await self._client.chat_update(channel=chat_id, ts=message_id, text=body)
@@ -148,6 +189,17 @@ class SlackOutbound(Outbound):
         if action == "send":
             return "failed", f"{type(exc).__name__}; not resent (may have been delivered)"
         return "failed", type(exc).__name__
+
+
+def _share_ts(files: list[Any], chat_id: str) -> str | None:
+    """The ts of the message that shared an uploaded file into `chat_id` (in its `shares`)."""
+    for item in files:
+        shares = item.get("shares") if isinstance(item, dict) else None
+        for scope in (shares or {}).values():
+            for share in (scope or {}).get(chat_id) or []:
+                if isinstance(share, dict) and share.get("ts"):
+                    return str(share["ts"])
+    return None
 
 
 def _mrkdwn(text: str) -> str:

@@ -95,6 +95,7 @@ class TelegramAdapter(Adapter):
     capabilities = PlatformCapabilities(
         max_message_length=4096,
         length_unit="utf16",
+        max_caption_length=1024,
         can_edit=True,
         can_delete=True,
         can_react=True,
@@ -323,16 +324,3 @@ class TelegramAdapter(Adapter):
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # --- files ---------------------------------------------------------------------------
-
-    async def file_url(self, file_id: str) -> str | None:
-        """A download URL for an attachment's `file_id` (getFile), or None if unavailable."""
-        if self._application is None:
-            return None
-        try:
-            file = await self._application.bot.get_file(file_id)
-        except TelegramError as exc:
-            log.warning("telegram: getFile failed: %s", exc)
-            return None
-        return file.file_path
