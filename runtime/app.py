@@ -23,13 +23,14 @@ from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLedger
-from botweave.files import UrlCheck, send_file
+from botweave.files import send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.authors import AuthorScreen
+from botweave.policies.egress import EgressPolicy
 from botweave.policies.rate_limit import RateLimit
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.commands import NOTIFY_HELP, notify_command
@@ -80,11 +81,10 @@ class App:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
-        #: Where `send_file` may fetch a URL from: the network egress policy's verdict on a URL
-        #: (why not, or None). Unset, no URL is fetched.
-        self.egress: UrlCheck | None = None
         self.targets = Targets(self.adapters)
-        self.tools = Toolsets(config.agents, ToolServices(self.delivery, self.targets), config.egress_policy)
+        self.tools = Toolsets(
+            config.agents, ToolServices(self.delivery, self.targets, config.media_for), config.egress_policy
+        )
         if self.tools.needs_ledger:
             self.delivery.ledger = SentLedger(self.store)
         try:
@@ -419,13 +419,14 @@ class App:
         key: str | None = None,
     ) -> MessageActionResult:
         """Post a file to a target from exactly one source: bytes, base64, a `path` inside
-        `media.files_dir`, or a `url` the egress policy allows; within `media.max_bytes` (the
-        agent's own media settings when `agent` is given). The caption follows the platform's
-        caption limit; the rest of a long one follows as messages."""
+        `media.files_dir`, or a `url` the network egress policy allows (the agent's own when
+        `agent` is given); within `media.max_bytes` (the agent's own media settings, too). The
+        caption follows the platform's caption limit; the rest of a long one follows as messages."""
+        egress = self.config.egress_policy(agent) if agent is not None else EgressPolicy.from_config(self.config.network)
         return await send_file(
             self.delivery, self.targets, target,
             media=self.config.media_for(agent), origin=origin, data=data, data_base64=data_base64,
-            path=path, url=url, filename=filename, mime=mime, caption=caption, egress=self.egress, key=key,
+            path=path, url=url, filename=filename, mime=mime, caption=caption, egress=egress.refusal, key=key,
         )
 
     async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:

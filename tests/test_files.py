@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.emulators.telegram import (
     adapter_config,
     png_bytes,
     telegram_emulator,  # noqa: F401  (fixture)
+    wait_until,
 )
 from tests.support import StartApp
 
@@ -104,20 +106,27 @@ async def test_without_files_dir_no_path_is_allowed(telegram_emulator: TelegramE
     assert result.status == "failed" and "media.files_dir is not set" in result.detail
 
 
-async def test_a_url_is_fetched_only_where_the_egress_check_allows_every_hop(
-    app: App, telegram_emulator: TelegramEmulator, web_files: str
+async def test_a_url_is_fetched_only_where_the_network_policy_allows_every_hop(
+    telegram_emulator: TelegramEmulator, start_app: StartApp, web_files: str
 ):
-    refused = await app.send_file(CHAT, url=f"{web_files}/report.pdf")
-    assert refused.status == "failed" and "egress" in refused.detail  # no policy: no URL at all
+    config = {
+        "agents": {
+            "assistant": {"model": "offline/echo"},
+            "fetcher": {"model": "offline/echo", "network": {"allow_hosts": ["127.0.0.1"]}},
+        },
+        "platforms": {"telegram": {"unknown_user_policy": "allow", **adapter_config(telegram_emulator)}},
+    }
+    app = await start_app(config)
+    refused = await app.send_file(CHAT, url=f"{web_files}/report.pdf")  # the global policy: no loopback
+    assert refused.status == "failed" and "127.0.0.1 is a local or private address" in refused.detail
 
-    app.egress = lambda url: "loopback by name" if "//localhost" in url else None
-    sent = await app.send_file(CHAT, url=f"{web_files}/report.pdf", caption="the report")
+    sent = await app.send_file(CHAT, url=f"{web_files}/report.pdf", caption="the report", agent="fetcher")
     assert sent.ok
     (upload,) = telegram_emulator.sent_media(1)
     assert (upload.kind, upload.filename, upload.data) == ("document", "report.pdf", b"%PDF-1.4 quarterly")
 
-    hopped = await app.send_file(CHAT, url=f"{web_files}/hop")  # allowed host, redirected to a refused one
-    assert hopped.status == "failed" and "localhost refused: loopback by name" in hopped.detail
+    hopped = await app.send_file(CHAT, url=f"{web_files}/hop", agent="fetcher")  # redirected to a refused host
+    assert hopped.status == "failed" and "localhost is not in the network policy's allow_hosts" in hopped.detail
     assert len(telegram_emulator.sent_media(1)) == 1
 
 
@@ -228,3 +237,42 @@ def test_text_documents_are_decoded_and_cut():
     cut = extract(text.encode(), "text/plain", 20)
     assert cut.cut and len(cut.text) == 20
     assert extract(b"%PDF-1.4 broken", "application/pdf", 100).problem == "the PDF could not be read"
+
+
+async def test_the_send_file_tool_posts_through_delivery_and_tells_the_model_the_ids(
+    telegram_emulator: TelegramEmulator, start_app: StartApp, tmp_path: Path
+):
+    """The agent's `send_file` tool: a file from the configured folder reaches the chat as a
+    photo, the model is told its message id, and a path outside the folder is refused to it."""
+    from tests.emulators.openai import OpenAIEmulator, tool_call
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "chart.png").write_bytes(PNG)
+    llm = OpenAIEmulator()
+    await llm.start()
+    try:
+        llm.queue([
+            tool_call("send_file", {"path": "chart.png", "caption": "the chart"}),
+            tool_call("send_file", {"path": "../secret.txt"}),
+        ])
+        llm.queue_text("Sent.")
+        app = await start_app({
+            "agents": {"assistant": {
+                "model": "openai/gpt-emulated", "api_base": llm.base_url, "api_key": "sk-loopback", "tools": ["send_file"],
+            }},
+            "platforms": {"telegram": {"unknown_user_policy": "allow", **adapter_config(telegram_emulator)}},
+            "media": {"files_dir": str(tmp_path / "out")},
+        })
+        emu = telegram_emulator
+        chat = emu.private_chat(emu.user(7, "Ann", "ann"))
+        emu.push_message(chat, emu.user(7, "Ann", "ann"), "send me the chart")
+        await wait_until(lambda: "Sent." in emu.sent_texts(chat["id"]), timeout=15, what="the answer")
+        await app.drain()
+        (photo,) = emu.sent_media(chat["id"])
+        assert (photo.kind, photo.caption, photo.data) == ("photo", "the chart", PNG)
+        posted, refused = (json.loads(m["content"]) for m in llm.tool_results(-1))
+        assert posted["status"] == "ok" and posted["message_ids"] == [str(photo.message["message_id"])]
+        assert refused["status"] == "failed" and "outside" in refused["detail"]
+        llm.assert_tool_protocol()
+    finally:
+        await llm.stop()
