@@ -6,15 +6,18 @@ otherwise slow `botweave --help` and every `import bots`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
+from botweave.metrics import model_call
 from botweave.store import Store
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,40 @@ def litellm_module() -> Any:
     litellm.suppress_debug_info = True
     register(litellm)
     return litellm
+
+
+_imported = False
+
+
+async def load_litellm() -> Any:
+    """litellm, imported in a worker thread the first time: the import takes seconds, and an
+    event loop blocked that long freezes everything else the process serves (a terminal's
+    prompt, health checks, other conversations)."""
+    global _imported
+    if not _imported:
+        await asyncio.to_thread(litellm_module)
+        _imported = True
+    return litellm_module()
+
+
+def _usage(response: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens a response or stream chunk reports; zeros when it has none."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+@cache
+def _reports_stream_usage(litellm: Any, model: str) -> bool:
+    """Whether litellm can ask this model's provider for token counts at the end of a stream
+    (`stream_options`); a provider that does not know the option would refuse the request."""
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return bool(supported) and "stream_options" in supported
 
 
 class AgentError(RuntimeError):
@@ -99,20 +136,31 @@ class Agent:
         return AgentError(f"agent {self.name} ({self.model}) failed: {type(exc).__name__}: {detail}")
 
     async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
-        litellm = litellm_module()
+        litellm = await load_litellm()
+        started = time.monotonic()
         try:
             response = await litellm.acompletion(**self._request(history, user_turn, stream=False))
         except Exception as exc:
+            model_call(self.name, time.monotonic() - started)
             raise self._failure(exc) from exc
+        model_call(self.name, time.monotonic() - started, *_usage(response))
         return response.choices[0].message.content or ""
 
     async def stream(self, history: list[dict[str, str]], user_turn: str) -> AsyncIterator[str]:
-        litellm = litellm_module()
+        litellm = await load_litellm()
+        request = self._request(history, user_turn, stream=True)
+        if _reports_stream_usage(litellm, self.model):
+            request["stream_options"] = {"include_usage": True}
+        started = time.monotonic()
+        tokens = (0, 0)
         try:
-            response = await litellm.acompletion(**self._request(history, user_turn, stream=True))
+            response = await litellm.acompletion(**request)
             async for chunk in response:
+                tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
                 delta = chunk.choices[0].delta.content if chunk.choices else None
                 if delta:
                     yield delta
         except Exception as exc:
             raise self._failure(exc) from exc
+        finally:
+            model_call(self.name, time.monotonic() - started, *tokens)
