@@ -2,19 +2,23 @@
 history appended.
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
-indicator is renewed for as long as the turn runs.
+indicator is renewed for as long as the turn runs. However it ends, a turn is reported once:
+one INFO line with what an operator asks first (which conversation, agent and model, how it
+ended, how long it took, how many tokens it used) and the turn metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from botweave.agents import Agent, AgentError, History
 from botweave.delivery import Delivered, ReplyChannel
+from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.types import BotMessage
 
@@ -32,6 +36,46 @@ def user_entry(msg: BotMessage) -> dict[str, str]:
     if msg.is_group:
         turn = f"[{msg.sender.name}] {turn}"
     return {"role": "user", "content": turn}
+
+
+Run = Callable[["AgentTurn", BotMessage, Agent, str, ReplyChannel], Awaitable[TurnOutcome]]
+
+
+def _reported(run: Run) -> Run:
+    """The turn's INFO line and metrics, whichever way it ended (an exception is `error`)."""
+
+    @functools.wraps(run)
+    async def reported(self: AgentTurn, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
+        started = time.monotonic()
+        outcome = "error"
+        with counting_usage() as usage:
+            try:
+                result = await run(self, msg, agent, conversation, reply)
+                outcome = result.status.value
+                return result
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                seconds = time.monotonic() - started
+                TURNS.labels(agent.name, outcome).inc()
+                TURN_SECONDS.observe(seconds)
+                fields = {
+                    "conversation": conversation,
+                    "agent": agent.name,
+                    "model": agent.model,
+                    "outcome": outcome,
+                    "latency_ms": round(seconds * 1000),
+                    "tokens_in": usage.tokens_in,
+                    "tokens_out": usage.tokens_out,
+                }
+                log.info(
+                    "turn %s: agent=%s model=%s outcome=%s latency_ms=%d tokens_in=%d tokens_out=%d",
+                    *fields.values(),
+                    extra=fields,
+                )
+
+    return reported
 
 
 async def keep_typing(reply: ReplyChannel) -> None:
@@ -64,6 +108,7 @@ class AgentTurn:
             return TurnOutcome(TurnStatus.UNROUTABLE)
         return await self.run(inbound.message, agent, inbound.conversation, inbound.reply)
 
+    @_reported
     async def run(self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
