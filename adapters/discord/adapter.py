@@ -206,13 +206,13 @@ class DiscordAdapter(Adapter):
         return "gateway" if self._connect_task is not None else ""
 
     async def readiness(self) -> str | None:
-        """Receiving: the gateway session is open and READY (discord.py clears READY while it
-        reconnects). Send-only: logged in."""
+        """Receiving: the gateway WebSocket is open (discord.py replaces it when it
+        reconnects; the old one is closed meanwhile). Send-only: logged in."""
         problem = await super().readiness()
         if problem is not None or self._connect_task is None:
             return problem
         ws = self.client.ws
-        if self.client.is_closed() or ws is None or not ws.open or not self.client.is_ready():
+        if self.client.is_closed() or ws is None or not ws.open:
             return "the gateway is not connected"
         return None
 
