@@ -121,7 +121,7 @@ def test_run_with_unreachable_redis_is_one_clear_error(tmp_path):
     config = tmp_path / "bot.yaml"
     config.write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\nstore: {url: 'redis://127.0.0.1:1/0'}\n")
     result = botweave("run", str(config))
-    assert result.returncode != 0
+    assert result.returncode == 3
     assert "cannot reach the Redis store at redis://127.0.0.1:1/0" in result.stderr
     assert "Traceback" not in result.stderr
 
