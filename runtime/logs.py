@@ -30,6 +30,19 @@ NOISY = ("LiteLLM", "litellm", "discord", "telegram", "slack_bolt", "slack_sdk",
 _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record is emitted: the console's prompt swaps
+    in a proxy that prints above the prompt line instead of through it."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the record's
     extra fields, and the traceback as `exception` when there is one."""
@@ -53,7 +66,7 @@ def setup_logging(level: int = logging.INFO, fmt: LogFormat = "text", *, librari
     """Send the process's logs to stderr in `fmt`, at `level` (replacing earlier handlers:
     this is for the program that owns the process, the CLI or `App.run`). The SDKs' own
     chatter stays at WARNING unless `libraries` asks for it too."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):

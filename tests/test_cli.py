@@ -238,3 +238,49 @@ async def test_a_platform_that_refuses_the_token_makes_the_exit_code_1(tmp_path,
     errors = stderr.decode()
     assert "platform telegram failed to start: Telegram rejected the bot token" in errors
     assert "wrong-token" not in errors and "Traceback" not in errors
+
+
+def test_chat_on_a_terminal_has_a_banner_a_prompt_history_and_a_thinking_cue(tmp_path):
+    """A pseudo-terminal, as a person's shell gives one: the banner names the agent and model,
+    the prompt shows a cue while the first reply waits, Ctrl-D leaves, and the line is kept in
+    the prompt's history for the next session."""
+    import os
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TERM": "xterm", "XDG_STATE_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "botweave", "chat"], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path
+    )
+    os.close(slave)
+    seen = b""
+
+    def wait_for(needle: bytes, timeout: float = 60.0) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while needle not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        return needle in seen
+
+    try:
+        assert wait_for(b"assistant \xc2\xb7 offline/echo \xc2\xb7 /help for commands, Ctrl-D to leave"), seen
+        assert wait_for("›".encode()), seen
+        os.write(master, b"hello\r")
+        assert wait_for(b"thinking"), seen  # the first reply waits for the model library to load
+        assert wait_for(b"assistant (offline echo) heard: hello"), seen
+        # Ctrl-D once the prompt is back: while a reply prints, the terminal is briefly in
+        # cooked mode, where the line discipline itself would take a Ctrl-D
+        time.sleep(0.5)
+        os.write(master, b"\x04")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        os.close(master)
+    assert "hello" in (tmp_path / "botweave" / "console_history").read_text()
+    assert b"Traceback" not in seen
