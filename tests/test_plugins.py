@@ -155,3 +155,19 @@ def test_a_module_reached_both_ways_runs_once(tmp_path: Path, monkeypatch: pytes
     ran = load_plugins(object(), ["bw_counted", "bw_counted:setup"])
     assert ran == ["plugins.0 (bw_counted)"]
     assert len(sys.modules["bw_counted"].calls) == 1
+
+
+async def test_the_readme_plugin_works_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from tests.support import message
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- plugin-example -->")[1].split("<!-- /plugin-example -->")[0]
+    (tmp_path / "bw_readme_dice.py").write_text(block.split("```python")[1].split("```")[0])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = App.from_config({"agents": {"a": {"model": "offline/echo"}}, "plugins": ["bw_readme_dice"]})
+    command = app.commands.get("roll")
+    assert command is not None and command.usage() == "/roll [SIDES]" and app.hooks.has("message_sent")
+    answer = await command.handler(SimpleNamespace(message=message("/roll 20")))  # type: ignore[arg-type]
+    assert answer is not None and answer.startswith("🎲 ") and answer.endswith("(d20)")
