@@ -284,3 +284,12 @@ def test_chat_on_a_terminal_has_a_banner_a_prompt_history_and_a_thinking_cue(tmp
         os.close(master)
     assert "hello" in (tmp_path / "botweave" / "console_history").read_text()
     assert b"Traceback" not in seen
+
+
+def test_log_format_goes_before_or_after_the_subcommand():
+    from botweave.runtime.cli import _parser
+
+    for argv in (["--log-format", "json", "run"], ["run", "--log-format", "json"], ["-v", "doctor", "--log-format", "json"]):
+        assert _parser().parse_args(argv).log_format == "json", argv
+    assert _parser().parse_args(["--log-format", "json", "chat", "-v"]).log_format == "json"  # not undone
+    assert _parser().parse_args(["chat"]).log_format == "text"

@@ -213,7 +213,7 @@ class TelegramAdapter(Adapter):
             application.bot, Pacer(global_limit=(max(1, int(self.config.requests_per_second)), 1.0))
         )
         if not inbound:
-            log.info("telegram: @%s ready to send (not receiving)", me.username)
+            log.debug("telegram: @%s ready to send (not receiving)", me.username)
             return
         application.add_handler(TypeHandler(Update, self.inbound.on_update))
         application.add_error_handler(self._on_error)
@@ -221,7 +221,7 @@ class TelegramAdapter(Adapter):
         self._last_poll = time.monotonic()
         await self._receive(application)
         self._receiving = self.config.mode
-        log.info("telegram: @%s receiving updates by %s", me.username, self.config.mode)
+        log.debug("telegram: @%s receiving updates by %s", me.username, self.config.mode)
 
     async def _receive(self, application: Application) -> None:
         if self.config.mode == "webhook":
