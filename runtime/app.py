@@ -265,7 +265,7 @@ class App:
     def _connected(name: str, adapter: Adapter, inbound: bool) -> None:
         me = adapter.self_user
         who = (me.username or me.display_name or me.user_id) if me is not None else "?"
-        how = (adapter.mode or "receiving") if inbound else "sending only; another process receives"
+        how = (adapter.mode or "receiving") if inbound else "sending only"
         log.info("%s: connected as %s (%s)", name, who, how, extra={"platform": name, "bot": who, "mode": how})
 
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
@@ -414,8 +414,10 @@ class App:
     # --- extending ------------------------------------------------------------------------------
 
     def add_tool(self, tool: Any, *, agents: Sequence[str] | None = None) -> None:
-        """Offer a tool (a function, as `{python: ...}` tools are written) to `agents` (all when
-        None); plugins call this from their setup."""
+        """Register a tool (a function, written as `{python: ...}` tools are) for `agents` (all
+        when None); plugins call this from their setup. The agent tool loop is what offers
+        registered tools to the model; without it they are kept in `plugin_tools` and the
+        start says so."""
         unknown = [name for name in agents or () if name not in self.agents]
         if unknown:
             raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(self.agents)}")
