@@ -113,3 +113,20 @@ async def test_a_broken_config_is_one_fail_line(tmp_path: Path) -> None:
     code, lines = await run(config)
     assert code == 1 and len(lines) == 1
     assert lines[0].startswith(f"FAIL config: {config}: platforms.telegram.mode:")
+
+
+async def test_webhook_settings_telegram_cannot_deliver_to_fail(
+    tmp_path: Path, telegram_emulator: TelegramEmulator
+) -> None:
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents: {a: {model: offline/echo}}\n"
+        f"platforms: {{telegram: {{token: '{telegram_emulator.token}', api_base_url: '{telegram_emulator.api_base_url}',"
+        " mode: webhook, webhook_url: 'http://bot.example.com:8080/telegram'}}\n"
+    )
+    code, lines = await run(config, model=False)
+    assert code == 1
+    webhook = [line for line in lines if line.startswith("FAIL telegram webhook: ")]
+    assert len(webhook) == 3, lines  # not https, a port Telegram does not deliver to, no secret
+    assert any("is not https" in line for line in webhook) and any("uses port 8080" in line for line in webhook)
+    assert any("fix: set platforms.telegram.webhook_secret" in line for line in webhook)

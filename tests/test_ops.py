@@ -79,6 +79,7 @@ async def test_metrics_move_as_the_traffic_did(
 
     openai_emulator.queue(Reply(text="one", usage=USAGE), Reply(text="two", usage=USAGE))
     emu.fail("sendMessage", code=403, description="Forbidden: bot was blocked by the user", times=1)
+    emu.rate_limit("sendMessage", retry_after=1)  # the second reply waits a second, then goes out
     for text_in in ("first", "second", "/help", "third"):
         emu.push_message(dm, ANN, text_in)
         await wait_until(lambda: not emu.pending, what="the update to be fetched")
@@ -100,6 +101,7 @@ async def test_metrics_move_as_the_traffic_did(
     assert delta("botweave_model_seconds_count") == 3
     assert delta("botweave_outbound_total", platform="telegram", action="send", result="ok") == 3  # two replies, /help
     assert delta("botweave_outbound_total", platform="telegram", action="send", result="failed") == 1
+    assert 1.0 <= delta("botweave_rate_limit_wait_seconds_total", platform="telegram") < 5.0
     # the scripted usage twice, then whatever the emulator estimated for the third
     assert delta("botweave_tokens_total", agent="assistant", direction="in") > 2 * USAGE["prompt_tokens"]
     assert delta("botweave_tokens_total", agent="assistant", direction="out") > 2 * USAGE["completion_tokens"]
