@@ -13,13 +13,18 @@ The outbound actions follow python-telegram-bot's `BaseRequest`: the public meth
 caption longer than the platform allows continues in messages after the file — then call the
 platform's primitive, which only makes the request, and turn whatever it raises into a
 `MessageActionResult` through that platform's one `classify` hook. So every outcome is a typed
-result, and one failed action never stops a turn.
+result, and one failed action never stops a turn. Being the one path, it is also where every
+action is counted (`botweave_outbound_total`).
 
 Files people send are read the same way round: `download` holds the size rule (the size the
 platform declares is checked before a byte is fetched, and the bytes are counted again as they
 arrive, so a file that lies about its size is cut off at the limit and never held whole) and
 the platform's `read_file` only streams the bytes through its own API with its own
 credentials. The URLs involved may carry a token; they stay inside the adapter.
+
+For operators, each platform also answers two questions: is it connected right now
+(`readiness`, behind `/readyz`), and do its credentials and settings work (`diagnose`, behind
+`botweave doctor`, which makes one real call without starting to receive).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from botweave.config import PlatformConfig
+from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
 from botweave.types import (
     ActionStatus,
@@ -53,6 +59,18 @@ log = logging.getLogger(__name__)
 class PlatformRejected(RuntimeError):
     """The platform refused to let us in for a reason that trying again cannot fix (a
     rejected token, a missing permission); the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of `botweave doctor`: what was checked, whether it passed, what was found,
+    and (when it did not pass) what to change. `skipped` checks count as neither."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    skipped: bool = False
 
 
 class ActionError(Exception):
@@ -178,6 +196,9 @@ class Adapter(ABC):
         self.self_user: BotUser | None = None  # known once start() has logged in
         #: The platform's calls; set by start() once the platform accepted the bot, cleared by stop().
         self.outbound: Outbound | None = None
+        #: Set when the connection ended for good after start (a refusal, a conflict that
+        #: retrying cannot fix): the process should stop and say so.
+        self.failure: str | None = None
         self._sink: InboundSink | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -189,6 +210,26 @@ class Adapter(ABC):
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+    @property
+    def mode(self) -> str:
+        """How this platform receives (polling, webhook, socket, gateway...), for the log line
+        that says it connected."""
+        return str(getattr(self.config, "mode", "") or "")
+
+    async def readiness(self) -> str | None:
+        """Why this platform cannot serve right now, or None when it can. The base knows only
+        whether it is started; a platform that holds a connection says whether it is up (a
+        socket connected, a poll answered lately). Must answer quickly and never raise."""
+        if self.failure:
+            return self.failure
+        return None if self.outbound is not None else "not started"
+
+    async def diagnose(self) -> list[Check]:
+        """Check the credentials with one real call (without starting to receive) and the
+        settings that only fail at run time (webhook URLs, say). Each problem is a failed
+        `Check` whose `fix` names the setting; nothing raises."""
+        return [Check(self.platform, True, "nothing to check")]
 
     def secret(self, field: str) -> str:
         """A credential of this platform's bot.yaml section as text; an empty one is an error
@@ -296,8 +337,11 @@ class Adapter(ABC):
         async def open_chat(out: Outbound) -> None:
             opened.append(await out.direct_chat(user_id))
 
-        result = await self._perform("send", user_id, open_chat, text=text)
-        return await self.send(opened[0], text) if result.ok else result
+        result = await self._perform("send", user_id, open_chat, text=text, counted=False)
+        if not result.ok:
+            self._count("send", result.status)  # the message never went out: a failed send
+            return result
+        return await self.send(opened[0], text)
 
     async def send_file(
         self,
@@ -422,8 +466,27 @@ class Adapter(ABC):
         text: str | None = None,
         message_id: str | None = None,
         capable: bool = True,
+        counted: bool = True,
     ) -> MessageActionResult:
         """The template every outbound action runs through; see the module docstring."""
+        result = await self._attempt(action, target, call, text=text, message_id=message_id, capable=capable)
+        if counted:
+            self._count(action, result.status)
+        return result
+
+    def _count(self, action: str, result: str) -> None:
+        OUTBOUND.labels(self.platform, action, result).inc()
+
+    async def _attempt(
+        self,
+        action: str,
+        target: str,
+        call: Callable[[Outbound], Awaitable[str | None]],
+        *,
+        text: str | None,
+        message_id: str | None,
+        capable: bool,
+    ) -> MessageActionResult:
         out = self.outbound
         if out is None:
             return MessageActionResult("no_route", target, f"{action}: the {self.platform} adapter is not started")

@@ -6,18 +6,21 @@ otherwise slow `botweave --help` and every `import bots`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
 import mimetypes
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
+from botweave.metrics import model_call
 from botweave.store import Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
@@ -35,6 +38,40 @@ def litellm_module() -> Any:
     litellm.suppress_debug_info = True
     register(litellm)
     return litellm
+
+
+_imported = False
+
+
+async def load_litellm() -> Any:
+    """litellm, imported in a worker thread the first time: the import takes seconds, and an
+    event loop blocked that long freezes everything else the process serves (a terminal's
+    prompt, health checks, other conversations)."""
+    global _imported
+    if not _imported:
+        await asyncio.to_thread(litellm_module)
+        _imported = True
+    return litellm_module()
+
+
+def _usage(response: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens a response or stream chunk reports; zeros when it has none."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+@cache
+def _reports_stream_usage(litellm: Any, model: str) -> bool:
+    """Whether litellm can ask this model's provider for token counts at the end of a stream
+    (`stream_options`); a provider that does not know the option would refuse the request."""
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return bool(supported) and "stream_options" in supported
 
 
 class AgentError(RuntimeError):
@@ -324,15 +361,18 @@ class Agent:
         images: list[OutboundFile] | None = None,
     ) -> str:
         """The whole reply's text; images the model returns land in `images`."""
-        litellm = litellm_module()
+        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
         for round_number in range(rounds + 1):
+            started = time.monotonic()
             try:
                 response = await litellm.acompletion(**self._request(messages, stream=False, last_round=round_number == rounds))
             except Exception as exc:
+                model_call(self.name, time.monotonic() - started)
                 raise self._failure(exc) from exc
+            model_call(self.name, time.monotonic() - started, *_usage(response))
             message = response.choices[0].message
             calls = _calls_of(message) if round_number < rounds else []
             if not calls:
@@ -352,17 +392,24 @@ class Agent:
         images: list[OutboundFile] | None = None,
     ) -> AsyncIterator[str]:
         """The reply's text as it arrives; images the model returns land in `images`."""
-        litellm = litellm_module()
+        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
+        usage = _reports_stream_usage(litellm, self.model)
         shown = False  # some text reached the person already
         for round_number in range(rounds + 1):
             text = ""
             calls = _StreamedCalls()
+            request = self._request(messages, stream=True, last_round=round_number == rounds)
+            if usage:
+                request["stream_options"] = {"include_usage": True}
+            started = time.monotonic()
+            tokens = (0, 0)
             try:
-                response = await litellm.acompletion(**self._request(messages, stream=True, last_round=round_number == rounds))
+                response = await litellm.acompletion(**request)
                 async for chunk in response:
+                    tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
                     delta = chunk.choices[0].delta if chunk.choices else None
                     if delta is None:
                         continue
@@ -377,6 +424,8 @@ class Agent:
                         calls.add(delta.tool_calls)
             except Exception as exc:
                 raise self._failure(exc) from exc
+            finally:
+                model_call(self.name, time.monotonic() - started, *tokens)
             shown = shown or bool(text)
             made = calls.calls() if round_number < rounds else []
             if not made:

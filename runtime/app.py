@@ -4,16 +4,22 @@ Adapters hand items to `submit`, which returns at once (platforms want a fast ac
 `handle` in a task. `handle` takes the conversation's lock *before* its first await, so the
 arrival order of a conversation's messages is the order of its turns, while other
 conversations run concurrently.
+
+`run` (and `serve`, its async form) is the whole life of a bot process, the one the CLI's
+`botweave run` and `chat` use: start, answer until SIGINT/SIGTERM (or the console's input
+ends, or a platform dies), stop, and say how it went as an exit code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -26,6 +32,7 @@ from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLed
 from botweave.files import send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
+from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
@@ -41,15 +48,19 @@ from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
+from botweave.runtime.logs import setup_logging
+from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
-from botweave.store import Store, open_store
+from botweave.store import Store, StoreUnavailable, open_store
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.tools import ToolServices, Toolsets
+from botweave.tools.python import function_tool
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -58,6 +69,43 @@ Role = Literal["all", "worker", "ingress"]
 DIGEST_FLUSH_SECONDS = 30.0
 #: Pauses between the tries to start a platform: three tries over about ten seconds.
 START_RETRY_PAUSES = (3.0, 7.0)
+#: How long /readyz waits for the store to answer before calling it unreachable.
+STORE_PROBE_TIMEOUT_S = 2.0
+#: How often `serve` looks for a platform that died.
+DEATH_WATCH_S = 0.5
+
+#: Exit codes: a clean stop; an enabled platform that never came up or died; a configuration
+#: that cannot run; a store that cannot be reached at start.
+EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
+
+
+def _kind(item: BotMessage | PlatformEvent) -> str:
+    return item.message_type.value if isinstance(item, BotMessage) else item.kind
+
+
+Handle = Callable[..., Coroutine[Any, Any, TurnOutcome]]
+
+
+def _counted(handle: Handle) -> Handle:
+    """Every inbound item handled is counted once, by how it ended, and is part of the queue
+    depth while it waits for its conversation's turn or runs."""
+
+    @functools.wraps(handle)
+    async def counted(self: App, item: BotMessage | PlatformEvent, **options: Any) -> TurnOutcome:
+        QUEUE_DEPTH.inc()
+        outcome = "error"
+        try:
+            result = await handle(self, item, **options)
+            outcome = result.status.value
+            return result
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            QUEUE_DEPTH.dec()
+            INBOUND.labels(item.platform, _kind(item), outcome).inc()
+
+    return counted
 
 
 class App:
@@ -67,6 +115,7 @@ class App:
         self.stream: InboundStream | None = None
         self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[Any]] = []
+        self._leaders: list[PlatformLeader] = []
         self.store = store or open_store(config.store.url, config.store.prefix)
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
@@ -144,6 +193,10 @@ class App:
             media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
             turn=AgentTurn(self.agents, self.history, self._finished),
         )
+        self.ops: OpsServer | None = None
+        self._serving = False  # started and not stopping: what /readyz reports first
+        #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
+        self.plugins = load_plugins(self, config.plugins)
 
     @classmethod
     def from_config(
@@ -167,7 +220,12 @@ class App:
         With the in-memory store everything runs in this process. With Redis, inbound items
         go through the shared stream: `ingress` holds the platform connections (one process
         per platform, by leader lock), `worker` answers from the stream, `all` does both.
+        `ops.listen` (every role) serves the operator's endpoints from the first moment, so
+        a slow start is alive but not ready.
         """
+        if self.config.ops.listen and self.ops is None:
+            self.ops = OpsServer(self.config.ops.listen, self.readiness)
+            await self.ops.start()
         await self.store.connect()
         if self.role != "ingress":  # an ingress process never runs a turn
             await self._start_tools()
@@ -200,6 +258,7 @@ class App:
                         leader = PlatformLeader(
                             name, partial(self._inbound_adapter, name, sections[name]), shared, self.config.store.lock_ttl_seconds
                         )
+                        self._leaders.append(leader)
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
@@ -208,6 +267,7 @@ class App:
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
+        self._serving = True
 
     async def _start_platform(self, name: str, section: PlatformConfig | None, *, inbound: bool) -> str | None:
         """Start a platform, trying again over ~10 s (a network blip at boot is not an
@@ -218,7 +278,7 @@ class App:
             adapter = self.adapters[name]
             try:
                 await adapter.start(inbound=inbound)
-                log.info("platform %s started (%s)", name, "receiving" if inbound else "sending only")
+                self._connected(name, adapter, inbound)
                 return None
             except Exception as exc:
                 failure = f"{exc}" if isinstance(exc, PlatformRejected) else f"{type(exc).__name__}: {exc}"
@@ -246,6 +306,13 @@ class App:
     def _bot_config(self, platform: str) -> BotConfig:
         return self._platform_configs.get(platform) or self.config.bot_config_for(platform)
 
+    @staticmethod
+    def _connected(name: str, adapter: Adapter, inbound: bool) -> None:
+        me = adapter.self_user
+        who = (me.username or me.display_name or me.user_id) if me is not None else "?"
+        how = (adapter.mode or "receiving") if inbound else "sending only"
+        log.info("%s: connected as %s (%s)", name, who, how, extra={"platform": name, "bot": who, "mode": how})
+
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
         adapter = installed_platforms()[name].create(section)
@@ -264,6 +331,7 @@ class App:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
+        self._serving = False
         self._stopping.set()
         if self.rooms is not None:
             await self.rooms.stop()
@@ -286,6 +354,9 @@ class App:
                 log.exception("platform %s did not stop cleanly", name)
         await self.tools.stop()
         await self.store.close()
+        if self.ops is not None:
+            await self.ops.stop()
+            self.ops = None
 
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
@@ -295,6 +366,113 @@ class App:
     @property
     def uptime(self) -> float:
         return time.monotonic() - self._started_at
+
+    # --- running as a process -----------------------------------------------------------------
+
+    def run(self, platforms: Iterable[str] | None = None) -> int:
+        """Run the bot until SIGINT or SIGTERM (or the console's input ends); blocks, and
+        returns the exit code (0 clean stop, 1 a platform failed to start or died, 2 the ops
+        endpoint could not listen, 3 the store was unreachable). Logs go to stderr at INFO
+        unless the program configured logging itself."""
+        if not logging.getLogger().handlers:
+            setup_logging(logging.INFO)
+        return asyncio.run(self.serve(platforms))
+
+    async def serve(self, platforms: Iterable[str] | None = None) -> int:
+        """`run` inside a running event loop: start, answer until told to stop, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                handled.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or no signals here: Ctrl-C raises KeyboardInterrupt instead
+        try:
+            return await self._serve(platforms, stop)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    async def _serve(self, platforms: Iterable[str] | None, stop: asyncio.Event) -> int:
+        try:
+            await self.start(platforms)
+        except StoreUnavailable as exc:
+            log.error("%s", exc)
+            await self.stop()
+            return EXIT_STORE
+        except OSError as exc:  # the ops endpoint's address is taken or not ours
+            log.error("%s", exc)
+            await self.stop()
+            return EXIT_CONFIG
+        if not self.adapters:
+            if not self.failed_platforms:
+                log.error("no platform is running; enable one under `platforms:` in bot.yaml")
+            await self.stop()
+            return EXIT_PLATFORM
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._death())]
+        console = self.adapters.get("console")
+        if console is not None and len(self.adapters) == 1:
+            waiters.append(asyncio.create_task(console.finished.wait()))  # type: ignore[attr-defined]
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        died = waiters[1] in done
+        if not stop.is_set() and not died:
+            await self.drain()  # end of input: answer what was asked, then leave
+        await self.stop()
+        return EXIT_PLATFORM if self.failed_platforms or died else EXIT_OK
+
+    async def _death(self) -> None:
+        """Returns when a running platform's connection ended for good (its adapter says why)."""
+        while True:
+            await asyncio.sleep(DEATH_WATCH_S)
+            for name, adapter in list(self.adapters.items()):
+                if adapter.failure:
+                    log.error("platform %s stopped: %s", name, adapter.failure)
+                    self.failed_platforms[name] = adapter.failure
+                    return
+
+    async def readiness(self) -> dict[str, str]:
+        """The parts of this process that cannot serve right now, each with why (empty when
+        all can): the store, and every platform it started or failed to start. Where this
+        process holds a platform's receiving connection (see PlatformLeader), that one counts."""
+        if not self._serving:
+            return {"app": "stopping" if self._stopping.is_set() else "starting"}
+        failing: dict[str, str] = {}
+        try:
+            await asyncio.wait_for(self.store.get("ops:ready"), STORE_PROBE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            failing["store"] = f"no answer within {STORE_PROBE_TIMEOUT_S:.0f}s"
+        except Exception as exc:
+            failing["store"] = f"{type(exc).__name__}: {exc}"
+        receiving = {leader.platform: leader.adapter for leader in self._leaders if leader.adapter is not None}
+        for name, adapter in list(self.adapters.items()):
+            try:
+                problem = await (receiving.get(name) or adapter).readiness()
+            except Exception as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem:
+                failing[name] = problem
+        for name, failure in self.failed_platforms.items():
+            failing.setdefault(name, f"failed to start: {failure}")
+        return failing
+
+    # --- extending ------------------------------------------------------------------------------
+
+    def add_tool(self, tool: Callable[..., Any], *, agents: Sequence[str] | None = None) -> None:
+        """Offer a Python function as a tool to `agents` (all when None), the way `{python: ...}`
+        entries in bot.yaml are; plugins call this from their setup. Its schema comes from the
+        type hints and the docstring (see `botweave.tool`)."""
+        unknown = [name for name in agents or () if name not in self.agents]
+        if unknown:
+            raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(self.agents)}")
+        made = function_tool(tool)
+        for name in agents if agents is not None else self.agents:
+            if made.name in self.agents[name].tools:
+                raise ValueError(f"add_tool: agent {name} already has a tool named {made.name!r}")
+            self.agents[name].tools[made.name] = made
 
     # --- inbound --------------------------------------------------------------------------
 
@@ -313,6 +491,7 @@ class App:
         if not task.cancelled() and task.exception() is not None:
             log.error("turn crashed", exc_info=task.exception())
 
+    @_counted
     async def handle(self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False) -> TurnOutcome:
         """Run the pipeline for one item. `deduplicated` items (from the shared stream) were
         checked when they were appended, so a worker re-running a crashed turn is not

@@ -42,7 +42,7 @@ from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.schedules import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
-from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,29 @@ PlatformsConfig = create_model(
     __base__=Section,
     **{name: (Optional[spec.config], None) for name, spec in installed_platforms().items()},  # type: ignore[call-overload]
 )
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9464` for IPv6) as (host, port); port 0 lets the system choose."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 in a container)")
+    return host, int(port)
+
+
+class OpsConfig(Section):
+    """`ops:` what operators and their tools read: `/metrics`, `/healthz` and `/readyz` on
+    `listen` (HOST:PORT). Off unless set here or with `--ops-listen`."""
+
+    listen: Optional[str] = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            parse_listen(value)
+        return value
 
 
 class Config(Section):
@@ -67,6 +90,19 @@ class Config(Section):
     media: MediaConfig = Field(default_factory=MediaConfig)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    ops: OpsConfig = Field(default_factory=OpsConfig)
+    #: Python modules whose `setup(app)` runs at start (`module` or `module:function`), after
+    #: those installed under the `botweave.plugins` entry point.
+    plugins: list[str] = Field(default_factory=list)
+
+    @field_validator("plugins")
+    @classmethod
+    def _importable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            module, _, attr = name.partition(":")
+            if not all(part.isidentifier() for part in module.split(".")) or (attr and not attr.isidentifier()):
+                raise ValueError(f"{name!r} is not a module name (package.module or package.module:function)")
+        return value
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
@@ -166,13 +202,19 @@ class Config(Section):
             section = self.platform(name)
             if name not in wanted or section is None or not section.enabled:
                 continue
-            missing = section.missing_credentials()
-            if missing:
-                hints = [_missing_hint(name, field, self._env_refs) for field in missing]
+            hints = self.missing_credentials(name)
+            if hints:
                 log.warning("platform %s skipped: %s", name, "; ".join(hints))
                 continue
             enabled[name] = section
         return enabled
+
+    def missing_credentials(self, platform: str) -> list[str]:
+        """What keeps a configured platform from starting, one hint per empty credential
+        (naming the variable that should have filled it, where bot.yaml used one)."""
+        section = self.platform(platform)
+        missing = section.missing_credentials() if section is not None else []
+        return [_missing_hint(platform, field, self._env_refs) for field in missing]
 
     def bot_config_for(self, platform: str) -> BotConfig:
         section = self.platform(platform)

@@ -285,6 +285,8 @@ class PlatformLeader:
         self._redis = store.client
         self._key = store.key(f"leader:{platform}")
         self._ttl = ttl
+        #: The receiving adapter while this process holds the connection (readiness reads it).
+        self.adapter: Any = None
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -296,7 +298,8 @@ class PlatformLeader:
             adapter = self._make_adapter()
             try:
                 await adapter.start(inbound=True)
-                log.info("%s: this process now holds the platform connection", self.platform)
+                self.adapter = adapter
+                log.info("%s: this process now holds the platform connection (%s)", self.platform, adapter.mode or "receiving")
                 stopped, lost = asyncio.create_task(stop.wait()), asyncio.create_task(lease.lost.wait())
                 await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
                 stopped.cancel()
@@ -305,6 +308,7 @@ class PlatformLeader:
                 log.exception("%s: the platform connection failed; retrying", self.platform)
                 await asyncio.sleep(1.0)
             finally:
+                self.adapter = None
                 with contextlib.suppress(Exception):
                     await adapter.stop()
                 await lease.release()

@@ -6,12 +6,16 @@ A model failure becomes a short apology and a logged error, never a crashed bot;
 indicator is renewed for as long as the turn runs. The agent reads what the media step made
 of the message's files when there were any (images as content parts), and history keeps
 their compact markers; images the model returns follow its words as files.
+However it ends, a turn is reported once: one INFO line with what an operator asks first
+(which conversation, agent and model, how it ended, how long it took, how many tokens it
+used) and the turn metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
 from botweave.delivery import Delivered, ReplyChannel
 from botweave.files import markers_for, message_text
+from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.tooling import ToolContext
 from botweave.types import BotMessage, OutboundFile
@@ -40,6 +45,53 @@ def user_entry(msg: BotMessage) -> dict[str, str]:
     """The user turn as stored and sent when its files are not read: attributed to its
     author in groups, with a marker per file."""
     return {"role": "user", "content": attribution(msg) + message_text(msg)}
+
+
+Run = Callable[["AgentTurn", BotMessage, Agent, str, ReplyChannel, "UserTurn | None"], Awaitable[TurnOutcome]]
+
+
+def _reported(run: Run) -> Run:
+    """The turn's INFO line and metrics, whichever way it ended (an exception is `error`)."""
+
+    @functools.wraps(run)
+    async def reported(
+        self: AgentTurn,
+        msg: BotMessage,
+        agent: Agent,
+        conversation: str,
+        reply: ReplyChannel,
+        turn: UserTurn | None = None,
+    ) -> TurnOutcome:
+        started = time.monotonic()
+        outcome = "error"
+        with counting_usage() as usage:
+            try:
+                result = await run(self, msg, agent, conversation, reply, turn)
+                outcome = result.status.value
+                return result
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                seconds = time.monotonic() - started
+                TURNS.labels(agent.name, outcome).inc()
+                TURN_SECONDS.observe(seconds)
+                fields = {
+                    "conversation": conversation,
+                    "agent": agent.name,
+                    "model": agent.model,
+                    "outcome": outcome,
+                    "latency_ms": round(seconds * 1000),
+                    "tokens_in": usage.tokens_in,
+                    "tokens_out": usage.tokens_out,
+                }
+                log.info(
+                    "turn %s: agent=%s model=%s outcome=%s latency_ms=%d tokens_in=%d tokens_out=%d",
+                    *fields.values(),
+                    extra=fields,
+                )
+
+    return reported
 
 
 async def keep_typing(reply: ReplyChannel) -> None:
@@ -72,6 +124,7 @@ class AgentTurn:
             return TurnOutcome(TurnStatus.UNROUTABLE)
         return await self.run(inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn)
 
+    @_reported
     async def run(
         self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel, turn: UserTurn | None = None
     ) -> TurnOutcome:

@@ -2,13 +2,16 @@
 
 A streamed reply is printed as it grows (an edit that extends the text prints only the new
 part), so a terminal shows tokens arriving and a pipe receives clean lines. A terminal cannot
-show a file, so a file the bot sends is saved and its path printed, with its caption.
+show a file, so a file the bot sends is saved and its path printed, with its caption. Without a
+stream of its own it writes to whatever `sys.stdout` is at the time: on a terminal the prompt
+replaces it with a proxy that prints above the prompt line.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,19 +23,32 @@ from botweave.types import OutboundFile
 
 class ConsoleOutbound(Outbound):
     def __init__(
-        self, stdout: TextIO, *, typed: Callable[[str], bool] = lambda message_id: False, save_dir: str | None = None
+        self,
+        stdout: TextIO | None = None,
+        *,
+        typed: Callable[[str], bool] = lambda message_id: False,
+        save_dir: str | None = None,
+        shown: Callable[[], None] | None = None,
     ) -> None:
-        self._out = stdout
+        self._stdout = stdout
         self._typed = typed  # whether an id is a line the person typed (reactions may go there)
         self._save_dir = save_dir
+        self._shown = shown  # told whenever something is printed
         self._ids = itertools.count(1)
         #: Message id -> its text as printed so far (what the terminal shows for it).
         self.messages: dict[str, str] = {}
         self._open_line = False  # a streamed message may still grow on the current line
 
+    @property
+    def _out(self) -> TextIO:
+        return self._stdout if self._stdout is not None else sys.stdout
+
     def _write(self, text: str) -> None:
-        self._out.write(text)
-        self._out.flush()
+        out = self._out
+        out.write(text)
+        out.flush()
+        if self._shown is not None:
+            self._shown()
 
     def end_line(self) -> None:
         if self._open_line:

@@ -11,6 +11,7 @@ import logging
 import uuid
 from typing import Any
 
+from botweave.metrics import STORE_ERRORS
 from botweave.store.base import Store, StoreUnavailable, redact_url
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,48 @@ def _ms(ttl: float | None) -> int | None:
     return None if ttl is None else max(1, int(ttl * 1000))
 
 
+def _count_failure(exc: BaseException) -> None:
+    """Count a failed Redis command as a store error, unless it is an answer the callers
+    expect and handle (a script to load first, a consumer group that already exists)."""
+    from redis.exceptions import NoScriptError, RedisError
+
+    if isinstance(exc, NoScriptError) or "BUSYGROUP" in str(exc):
+        return
+    if isinstance(exc, (RedisError, OSError)):
+        STORE_ERRORS.inc()
+
+
+def _counting_client(pool: Any) -> Any:
+    """A redis-py client whose failed commands (and pipelines) are counted, whoever sends
+    them: this store, the inbound stream and the locks all talk through it."""
+    from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
+
+    class CountingPipeline(Pipeline):
+        async def execute(self, raise_on_error: bool = True) -> Any:
+            try:
+                return await super().execute(raise_on_error)
+            except Exception as exc:
+                _count_failure(exc)
+                raise
+
+    class CountingRedis(Redis):
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            try:
+                return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            except Exception as exc:
+                _count_failure(exc)
+                raise
+
+        def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Any:
+            return CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+    return CountingRedis(connection_pool=pool)
+
+
 class RedisStore(Store):
     def __init__(self, url: str, prefix: str = "botweave:default:") -> None:
-        from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio import BlockingConnectionPool
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -57,7 +97,7 @@ class RedisStore(Store):
             health_check_interval=15,
             socket_connect_timeout=5.0,
         )
-        self._redis: Any = Redis(connection_pool=pool)
+        self._redis: Any = _counting_client(pool)
         self._incr = self._redis.register_script(_INCR)
         self._window = self._redis.register_script(_WINDOW_ADD)
 
