@@ -66,16 +66,22 @@ async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
         await asyncio.wait_for(app.stop(), 15)
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Any]:
-    """The store contract holds for both backends: tests using this run against each."""
-    from botweave.store import MemoryStore
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Any]:
+    """The store contract holds for every backend: tests using this run against each."""
+    from botweave.store import MemoryStore, SQLiteStore
     from botweave.store.redis import RedisStore
 
     if request.param == "memory":
         yield MemoryStore()
         return
-    redis = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    if request.param == "sqlite":
+        sqlite = SQLiteStore(tmp_path / "state.db")
+        await sqlite.connect()
+        yield sqlite
+        await sqlite.close()
+        return
+    redis = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test:{uuid.uuid4().hex}:")
     await redis.connect()
     yield redis
     await redis.close()

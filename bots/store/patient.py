@@ -1,0 +1,129 @@
+"""Waiting out a store's short outages instead of failing the turn that met one.
+
+A Redis failover, a slow fork or a SQLite file held by another writer makes the store stop
+answering for seconds. A turn that gave up at the first timeout would lose its reply or mark
+its message handled without one; a turn that retried every operation on its own would flood
+the log. `PatientStore` wraps a backend: an operation that meets a `StoreOutage` is retried
+with backoff for up to `grace` seconds, the first failure of an outage logs one warning and
+the first success after it one line saying how long it lasted. Only an outage longer than
+the grace reaches the caller.
+
+Retrying is safe for what a turn writes that matters: a commit is guarded by its marker, an
+outbox record or a done counter is a plain overwrite. A counter or window retried after a
+timeout whose command did land may count one event twice, which costs a rate limit a little
+precision and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from botweave.store.base import Operation, Store, StoreOutage
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Retry pauses grow from the first to the last.
+FIRST_PAUSE_S = 0.1
+LONGEST_PAUSE_S = 2.0
+
+
+class PatientStore(Store):
+    def __init__(self, inner: Store, grace: float = 60.0, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.inner = inner
+        self.grace = grace
+        self.clock = clock
+        self._down_since: float | None = None
+        #: Operations that failed with an outage, retried or not (a metric's source).
+        self.errors = 0
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    async def connect(self) -> None:
+        await self.inner.connect()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        started = self.clock()
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                result = await call()
+            except StoreOutage as exc:
+                self.errors += 1
+                now = self.clock()
+                if self._down_since is None:
+                    self._down_since = now
+                    log.warning(
+                        "the store (%s) is not answering: %s; waiting up to %.0fs for it before failing",
+                        self.inner.describe(), exc, self.grace,
+                    )
+                if now - started + pause > self.grace:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(LONGEST_PAUSE_S, pause * 2)
+                continue
+            if self._down_since is not None:
+                log.warning("the store answers again after %.1fs", self.clock() - self._down_since)
+                self._down_since = None
+            return result
+
+    async def get(self, key: str) -> str | None:
+        return await self._patiently(lambda: self.inner.get(key))
+
+    async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
+        await self._patiently(lambda: self.inner.set(key, value, ttl=ttl))
+
+    async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
+        return await self._patiently(lambda: self.inner.set_if_absent(key, value, ttl=ttl))
+
+    async def delete(self, *keys: str) -> None:
+        await self._patiently(lambda: self.inner.delete(*keys))
+
+    async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
+        return await self._patiently(lambda: self.inner.incr(key, amount, ttl=ttl))
+
+    async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
+        await self._patiently(lambda: self.inner.list_append(key, *values, max_len=max_len))
+
+    async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
+        return await self._patiently(lambda: self.inner.list_range(key, start, end))
+
+    async def window_add(self, key: str, now: float, window: float) -> int:
+        return await self._patiently(lambda: self.inner.window_add(key, now, window))
+
+    async def keys(self, prefix: str) -> list[str]:
+        return await self._patiently(lambda: self.inner.keys(prefix))
+
+    async def commit(
+        self, marker: str, operations: Sequence[Operation], *, value: str = "1", ttl: float | None = None
+    ) -> bool:
+        return await self._patiently(lambda: self.inner.commit(marker, operations, value=value, ttl=ttl))
+
+    async def slots_acquire(self, claims: Sequence[tuple[str, int]], holder: str, ttl: float) -> bool:
+        return await self._patiently(lambda: self.inner.slots_acquire(claims, holder, ttl))
+
+    async def slots_release(self, keys: Sequence[str], holder: str) -> None:
+        await self._patiently(lambda: self.inner.slots_release(keys, holder))
+
+    async def slots_held(self, key: str) -> int:
+        return await self._patiently(lambda: self.inner.slots_held(key))
+
+
+def backend(store: Store) -> Store:
+    """The backend behind any wrapping, for code that talks to one backend directly."""
+    while isinstance(store, PatientStore):
+        store = store.inner
+    return store
