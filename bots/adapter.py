@@ -13,12 +13,19 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from botweave.config import PlatformConfig
 from botweave.types import AgentIdentity, BotMessage, BotUser, MessageActionResult, PlatformCapabilities, PlatformEvent
 
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
+
+#: How a send whose outcome is unknown (the process died, or the answer never came back) is
+#: settled without showing the message twice:
+#:   "key"    - the platform drops a repeat that carries the same key (`send_keyed`);
+#:   "lookup" - a post carries its key and can be found in the conversation (`find_sent`);
+#:   "none"   - neither: the only way not to lose it is to send it again.
+Idempotency = Literal["none", "key", "lookup"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +42,8 @@ class Adapter(ABC):
     emits: ClassVar[frozenset[str]] = frozenset()
     #: How often the runtime renews the typing indicator while a turn runs.
     typing_interval_s: ClassVar[float] = 4.0
+    #: What the platform offers to settle a send of unknown outcome (see `Idempotency`).
+    idempotency: ClassVar[Idempotency] = "none"
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
@@ -76,6 +85,26 @@ class Adapter(ABC):
         reply_to: str | None = None,
     ) -> MessageActionResult:
         """Post one message (already within the length limit); `message_id` is set on ok."""
+
+    async def send_keyed(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        key: str,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """`send`, tagged with `key`: the same chunk of the same reply carries the same key in
+        every attempt, in every process. A platform that can use it (`idempotency` "key" or
+        "lookup") overrides this; the rest send as usual."""
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None = None, since: float) -> str | None:
+        """The id of the message posted earlier under `key` (by `send_keyed`, no earlier than
+        `since`, a Unix time), or None when the conversation has no such message. Raises when
+        the platform cannot be asked; only "lookup" platforms implement it."""
+        return None
 
     async def send_as(
         self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
-from botweave.store import Store
+from botweave.store import Append, Store
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,13 @@ class History:
         return [json.loads(item) for item in raw]
 
     async def append(self, conversation: str, max_turns: int, *entries: dict[str, str]) -> None:
-        await self._store.list_append(
-            self.key(conversation),
-            *(json.dumps(e, ensure_ascii=False) for e in entries),
-            max_len=max(2 * max_turns, 2),
-        )
+        op = self.append_op(conversation, max_turns, *entries)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_op(self, conversation: str, max_turns: int, *entries: dict[str, str]) -> Append:
+        """The append as an operation, for a turn that commits it with its other effects."""
+        values = tuple(json.dumps(e, ensure_ascii=False) for e in entries)
+        return Append(self.key(conversation), values, max(2 * max_turns, 2))
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))

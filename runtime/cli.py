@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)")
     chat.add_argument("config", nargs="?", help="bot.yaml (default: ./bot.yaml, then ./bot.yaml.example)")
+    for command in (run, chat):
+        command.add_argument(
+            "--ephemeral",
+            action="store_true",
+            help="keep all state in memory for this run (default: the configured store, or a SQLite file per config)",
+        )
     check = sub.add_parser("check", help="validate a config and print it with secrets masked")
     check.add_argument("config", help="bot.yaml to check")
     room = sub.add_parser("room", help="list rooms or run a stand-up now")
@@ -66,21 +72,30 @@ def _setup_logging(verbosity: int) -> None:
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 
-def _load(path: str | None) -> Any:
-    from botweave.runtime.config import BUILTIN_CONFIG, find_config, load_config
+def _load(path: str | None, *, ephemeral: bool = False) -> Any:
+    """The configuration, with its store settled: the one bot.yaml names, memory with
+    `--ephemeral`, else the SQLite file that belongs to this configuration file."""
+    from botweave.runtime.config import BUILTIN_CONFIG, default_store_url, find_config, load_config
 
     found = find_config(path)
     if found is None:
         log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
-        return load_config(BUILTIN_CONFIG)
-    return load_config(found)
+        config = load_config(BUILTIN_CONFIG)
+    else:
+        config = load_config(found)
+    if ephemeral:
+        config.store.url = "memory://"
+    elif config.store.url is None:
+        config.store.url = default_store_url(config)
+    return config
 
 
 async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -> int:
     from botweave.runtime.app import App
+    from botweave.store import is_shared
 
-    if role != "all" and config.store.url.startswith("memory://"):
-        log.error("--role %s needs a shared store (store: {url: redis://...})", role)
+    if role != "all" and not is_shared(config.store.url):
+        log.error("--role %s needs a store shared by several processes (store: {url: redis://...})", role)
         return 2
     app = App(config, role=role)
     stop = asyncio.Event()
@@ -114,10 +129,11 @@ def _check(path: str) -> int:
     enabled = config.enabled_platforms()
     print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
     if config.store.url.startswith("memory://"):
+        print("# store: memory:// (state is lost when the bot stops)")
         return 0
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
 
     async def probe() -> None:
-        store = open_store(config.store.url, config.store.prefix)
         try:
             await store.connect()
         finally:
@@ -128,7 +144,7 @@ def _check(path: str) -> int:
     except StoreUnavailable as exc:
         print(f"# store: {exc}")
         return 3
-    print(f"# store: {redact_url(config.store.url)} is reachable")
+    print(f"# store: {redact_url(store.describe())} is reachable")
     return 0
 
 
@@ -140,11 +156,11 @@ async def _pair(args: argparse.Namespace) -> int:
     if config.store.url.startswith("memory://"):
         print(
             "botweave: the store is memory:// (inside the running bot); pairing from the command "
-            "line needs a shared store such as store: {url: redis://...}",
+            "line needs a store on disk or on a server: leave store.url out (a SQLite file) or use redis://",
             file=sys.stderr,
         )
         return 2
-    store = open_store(config.store.url, config.store.prefix)
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
     await store.connect()
     pairing = Pairing(store)
     try:
@@ -215,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_pair(args))
         if args.command == "room":
             return asyncio.run(_room(args))
-        config = _load(args.config)
+        config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             if config.platforms.console is None:
                 from botweave.adapters.console.config import ConsoleConfig

@@ -3,7 +3,7 @@ and the patience that waits out a store's short outages (patient.py)."""
 
 from botweave.store.base import Append, Operation, Put, Remove, Store, StoreOutage, StoreUnavailable, redact_url
 from botweave.store.memory import MemoryStore
-from botweave.store.patient import PatientStore
+from botweave.store.patient import Patience, PatientStore
 from botweave.store.sqlite import SQLiteStore
 from botweave.store.url import is_shared, open_store
 
@@ -11,6 +11,7 @@ __all__ = [
     "Append",
     "MemoryStore",
     "Operation",
+    "Patience",
     "PatientStore",
     "Put",
     "Remove",

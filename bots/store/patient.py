@@ -33,11 +33,17 @@ FIRST_PAUSE_S = 0.1
 LONGEST_PAUSE_S = 2.0
 
 
-class PatientStore(Store):
-    def __init__(self, inner: Store, grace: float = 60.0, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.inner = inner
+class Patience:
+    """Retries calls through an outage and keeps its log to one warning per outage.
+
+    One instance per process is shared by everything that talks to the store (the store
+    itself, the inbound stream, lock heartbeats), so a store that stops answering is reported
+    once however many operations meet it, and once again when it is back."""
+
+    def __init__(self, grace: float = 60.0, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.grace = grace
         self.clock = clock
+        self.what = "the store"
         self._down_since: float | None = None
         #: Operations that failed with an outage, retried or not (a metric's source).
         self.errors = 0
@@ -45,6 +51,62 @@ class PatientStore(Store):
     @property
     def down(self) -> bool:
         return self._down_since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        """Note a failed operation; the first of an outage is logged."""
+        self.errors += 1
+        if self._down_since is None:
+            self._down_since = self.clock()
+            log.warning(
+                "%s is not answering (%s); waiting up to %.0fs for it before failing",
+                self.what, _brief(exc), self.grace,
+            )
+
+    def succeeded(self) -> None:
+        """Note a successful operation; the first after an outage is logged."""
+        if self._down_since is not None:
+            log.warning("%s answers again after %.1fs", self.what, self.clock() - self._down_since)
+            self._down_since = None
+
+    async def run(
+        self,
+        call: Callable[[], Awaitable[T]],
+        errors: tuple[type[BaseException], ...] = (StoreOutage,),
+        grace: float | None = None,
+    ) -> T:
+        """`call()`, retried with growing pauses while it fails with one of `errors`, for up to
+        `grace` seconds (the instance's own by default); after that the error is raised."""
+        limit = self.grace if grace is None else grace
+        started = self.clock()
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                result = await call()
+            except errors as exc:
+                self.failed(exc)
+                if self.clock() - started + pause > limit:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(LONGEST_PAUSE_S, pause * 2)
+                continue
+            self.succeeded()
+            return result
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class PatientStore(Store):
+    def __init__(self, inner: Store, grace: float = 60.0, *, patience: Patience | None = None) -> None:
+        self.inner = inner
+        self.patience = patience or Patience(grace)
+        self.patience.what = f"the store ({inner.describe()})"
+
+    @property
+    def down(self) -> bool:
+        return self.patience.down
 
     def describe(self) -> str:
         return self.inner.describe()
@@ -56,29 +118,7 @@ class PatientStore(Store):
         await self.inner.close()
 
     async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
-        started = self.clock()
-        pause = FIRST_PAUSE_S
-        while True:
-            try:
-                result = await call()
-            except StoreOutage as exc:
-                self.errors += 1
-                now = self.clock()
-                if self._down_since is None:
-                    self._down_since = now
-                    log.warning(
-                        "the store (%s) is not answering: %s; waiting up to %.0fs for it before failing",
-                        self.inner.describe(), exc, self.grace,
-                    )
-                if now - started + pause > self.grace:
-                    raise
-                await asyncio.sleep(pause)
-                pause = min(LONGEST_PAUSE_S, pause * 2)
-                continue
-            if self._down_since is not None:
-                log.warning("the store answers again after %.1fs", self.clock() - self._down_since)
-                self._down_since = None
-            return result
+        return await self.patience.run(call)
 
     async def get(self, key: str) -> str | None:
         return await self._patiently(lambda: self.inner.get(key))

@@ -173,7 +173,7 @@ class RedisStore(Store):
         return self._redis
 
     def describe(self) -> str:
-        return f"{redact_url(self._url)} (prefix {self.prefix})"
+        return redact_url(self._url)
 
     async def connect(self) -> None:
         from redis.exceptions import RedisError
