@@ -7,6 +7,7 @@ adding a second layer that would fight them. Every action reports a `MessageActi
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -24,8 +25,18 @@ MAX_MESSAGE_LENGTH = 2000
 EDIT_FLOOR_MS = 1000
 
 
+def chunk_nonce(key: str) -> str:
+    """The nonce a keyed chunk is sent with: the same for every attempt, within Discord's 25
+    characters. With `enforce_nonce` Discord answers a repeat with the original message."""
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
 class DiscordOutbound(Adapter):
     """The outbound half of `DiscordAdapter`, apart from `send_as` (see `webhooks.py`)."""
+
+    # A create carrying a nonce it has seen (from the same bot, within minutes) is not created
+    # again: discord.py sends `enforce_nonce` with every nonce it is given.
+    idempotency = "key"
 
     # Set up by DiscordAdapter.__init__.
     client: discord.Client
@@ -43,8 +54,19 @@ class DiscordOutbound(Adapter):
         known = self._message_channels.get(message_id) if message_id else None
         return known if known is not None else int(chat_id)
 
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None = None, reply_to: str | None = None
+    ) -> MessageActionResult:
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to, nonce=chunk_nonce(key))
+
     async def send(
-        self, chat_id: str, text: str, *, thread_id: str | None = None, reply_to: str | None = None
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        nonce: str | None = None,
     ) -> MessageActionResult:
         try:
             target = self._target_id(chat_id, thread_id=thread_id)
@@ -53,7 +75,9 @@ class DiscordOutbound(Adapter):
                 reference = discord.MessageReference(
                     message_id=int(reply_to), channel_id=target, fail_if_not_exists=False
                 )
-            sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
+            sent = await self._channel(target).send(
+                text, reference=reference, allowed_mentions=ALLOWED_MENTIONS, nonce=nonce
+            )
         except Exception as exc:  # noqa: BLE001 - outbound actions report, never raise
             return _failure(chat_id, "send", exc)
         self._message_channels.put(str(sent.id), target)

@@ -69,6 +69,11 @@ _ALREADY_DONE_ERRORS = frozenset({"already_reacted"})
 _UNSUPPORTED_ERRORS = frozenset({"method_not_supported_for_channel_type"})
 #: The scope that lets a bot token post with its own `username` and icon.
 CUSTOMIZE_SCOPE = "chat:write.customize"
+#: The message metadata event type of a keyed post; its payload holds the chunk's key.
+CHUNK_EVENT = "botweave_chunk"
+#: A keyed post is looked for among messages at most this much older than its intent.
+LOOKUP_MARGIN_S = 120.0
+LOOKUP_PAGES = 5
 
 
 class SlackAdapter(Adapter):
@@ -84,6 +89,8 @@ class SlackAdapter(Adapter):
         markdown="slack",
         edit_floor_ms=1000,  # chat.update is tier 3 (~50/min): one edit a second per stream
     )
+    # A post can carry message metadata and be found again by it (conversations.history).
+    idempotency = "lookup"
     # Slack has no "thread created" event: a thread exists once someone replies.
     emits = frozenset(
         {"message_edited", "message_deleted", "reaction_added", "reaction_removed", "member_joined", "member_left"}
@@ -327,6 +334,47 @@ class SlackAdapter(Adapter):
         except SlackApiError as exc:
             return _api_error_result(exc, chat_id)
 
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None = None, reply_to: str | None = None
+    ) -> MessageActionResult:
+        """`send`, with the chunk's key in the message metadata so `find_sent` can tell
+        whether an attempt whose answer was lost posted it."""
+        body = markdown_to_mrkdwn(text)
+        if not body.strip():
+            return MessageActionResult("failed", chat_id, "empty message")
+        metadata = {"event_type": CHUNK_EVENT, "event_payload": {"key": key}}
+        try:
+            return await self._post_message(chat_id, body, thread_id, metadata=metadata)
+        except SlackApiError as exc:
+            return _api_error_result(exc, chat_id)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None = None, since: float) -> str | None:
+        """The ts of our post carrying `key`: the thread's replies, or the channel's newest
+        messages back to a little before `since`. Raises when Slack cannot be asked."""
+        assert self._client is not None
+        oldest_wanted = since - LOOKUP_MARGIN_S
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            if thread_id:
+                response = await self._client.conversations_replies(
+                    channel=chat_id, ts=thread_id, include_all_metadata=True, limit=200, cursor=cursor
+                )
+            else:
+                response = await self._client.conversations_history(
+                    channel=chat_id, include_all_metadata=True, limit=100, cursor=cursor
+                )
+            messages = list(response.get("messages") or [])
+            for message in messages:
+                metadata = message.get("metadata") or {}
+                if metadata.get("event_type") == CHUNK_EVENT and (metadata.get("event_payload") or {}).get("key") == key:
+                    return str(message["ts"])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                return None
+            if not thread_id and messages and _ts_seconds(messages[-1]) < oldest_wanted:
+                return None  # newest first: every later page is older still
+        return None
+
     async def send_as(
         self, identity: AgentIdentity, chat_id: str, text: str, *, thread_id: str | None = None
     ) -> MessageActionResult:
@@ -360,7 +408,7 @@ class SlackAdapter(Adapter):
         return await super().send_as(identity, chat_id, text, thread_id=thread_id)
 
     async def _post_message(
-        self, chat_id: str, body: str, thread_id: str | None, **extra: str
+        self, chat_id: str, body: str, thread_id: str | None, **extra: Any
     ) -> MessageActionResult:
         """One `chat.postMessage` of already converted mrkdwn.
 
@@ -488,3 +536,10 @@ def _api_error_result(exc: SlackApiError, chat_id: str) -> MessageActionResult:
 
 def _secret(value: Any) -> str | None:
     return value.get_secret_value() if value is not None else None
+
+
+def _ts_seconds(message: dict[str, Any]) -> float:
+    try:
+        return float(message.get("ts") or 0)
+    except ValueError:
+        return 0.0
