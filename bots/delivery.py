@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -71,6 +73,9 @@ class Destination:
         return f"{base}:{self.thread_id}" if self.thread_id else base
 
 
+#: Who wrote an intent: an unconfirmed one names the process that stopped mid-send.
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A post made ready to send: the text after `message_sending` hooks, cut into the chunks
@@ -126,7 +131,8 @@ class Outbox:
 
     async def intend(self, chunk_key: str) -> float:
         at = time.time()
-        await self.store.set(self._key(chunk_key), json.dumps({"s": "intent", "at": at}), ttl=self.ttl)
+        record = json.dumps({"s": "intent", "at": at, "by": PROCESS})
+        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
         return at
 
     async def confirm(self, chunk_key: str, message_id: str | None) -> None:

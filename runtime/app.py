@@ -82,6 +82,7 @@ class App:
         self.adapters: dict[str, Adapter] = {}
         self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
+        self._publishing = ConversationLocks()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
@@ -266,7 +267,14 @@ class App:
         returns, and its turn runs in the background. A failure to record raises, so the
         adapter does not acknowledge what could still be lost."""
         if self.stream is not None:
-            await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+            if isinstance(item, PlatformEvent):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+                return
+            # One append at a time per conversation, in the order items arrived: the stream's
+            # sequence numbers are the conversation's order (an SDK that hands over each
+            # message in a task of its own must not let a later one overtake).
+            async with self._publishing.hold(conversation_key(item)):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into

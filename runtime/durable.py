@@ -9,9 +9,10 @@ Two carriers, one per kind of store:
   consumer group and acknowledge an entry only after its turn finished. Entries a dead worker
   left pending are claimed by another once idle for `lease` seconds (XAUTOCLAIM); a live
   worker keeps the entries whose turns it has *started* from looking idle (XCLAIM as a
-  heartbeat every third of the lease). Entries read ahead but not started are not kept
-  alive, and a worker reads ahead only a few, so a dead worker holds up only the
-  conversations whose turn it had started.
+  heartbeat every third of the lease). A worker reads ahead only a few entries it cannot
+  start yet, and an entry that could run but that nobody started for a second (its reader
+  died) is taken by another worker at once, without waiting for the lease: so a dead worker
+  holds up only the conversations whose turn it had started, until their locks expire.
 * `InboundJournal` for a single process on its own store (the SQLite file; memory in tests):
   the item is written to the store before the platform is acknowledged and deleted when its
   turn finished; a restart runs whatever is left, in order.
@@ -52,9 +53,25 @@ PREDECESSOR_PATIENCE = 20  # leases to wait for an earlier message of a conversa
 #: How often a worker looks for entries a stopped worker left.
 CLAIM_TICK_S = 1.0
 #: Entries a worker reads beyond those it can start at once (waiting for their predecessor).
-READ_AHEAD = 8
+READ_AHEAD = 32
+#: An entry waiting this long stops counting against the read-ahead: its conversation is held
+#: up (a long turn, or a dead worker's), and the conversations behind it in the stream must
+#: not be. A worker holds at most `MAX_HELD` entries in all.
+STALE_WAIT_S = 2.0
+MAX_HELD = 1024
+#: After the store was away, or answered a read very late, a worker takes nothing over for
+#: this long: every holder's heartbeat was held up too, and they must get to renew first.
+QUIET_AFTER_OUTAGE_S = 5.0
+#: A read that took this much longer than its block time means the store stood still.
+SLOW_READ_S = 2.0
+#: How often a waiting entry looks whether its predecessor is done: soon at first, then less
+#: often the longer it waits (a predecessor finished in this process wakes it at once).
+WAIT_POLL_S = (0.005, 0.25)
 #: How long the blocking read waits for new entries; also how fast an idle worker sees a stop.
 READ_BLOCK_MS = 300
+#: A read entry whose turn could run (its predecessor is done, its conversation unlocked) but
+#: that nobody started for this long belongs to a worker that stopped: another takes it.
+RESCUE_IDLE_S = 1.0
 _PUBLISH = """
 if ARGV[4] ~= '' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
   return false
@@ -131,6 +148,9 @@ class InboundStream:
         self._patience = patience or Patience()
         self._in_flight: set[str] = set()
         self._started: set[str] = set()  # in flight and past the wait for a predecessor
+        self._waiting_since: dict[str, float] = {}  # entry -> when it began waiting
+        self._turn_ended: dict[str, asyncio.Event] = {}  # conversation -> set when a turn of it ends here
+        self._suspects: set[str] = set()  # others' entries seen runnable and not started last tick
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._room = asyncio.Event()
         self._publish = self.redis.register_script(_PUBLISH)
@@ -180,8 +200,11 @@ class InboundStream:
         helpers = [asyncio.create_task(self._keep_claims(stop)), asyncio.create_task(self._reclaim(handler, stop))]
         try:
             while not stop.is_set():
-                waiting = len(self._in_flight) - len(self._started)
-                free = min(self._concurrency - len(self._in_flight), self.read_ahead - waiting)
+                free = min(
+                    self._concurrency - len(self._started),
+                    self.read_ahead - self._fresh_waiting(),
+                    MAX_HELD - len(self._in_flight),
+                )
                 if free <= 0:
                     self._room.clear()
                     with contextlib.suppress(asyncio.TimeoutError):
@@ -219,6 +242,10 @@ class InboundStream:
                 )
             log.info("handed %d unfinished inbound item(s) back to the other workers", len(unfinished))
 
+    def _fresh_waiting(self) -> int:
+        cutoff = asyncio.get_running_loop().time() - STALE_WAIT_S
+        return sum(1 for since in self._waiting_since.values() if since > cutoff)
+
     def _start(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
         self._in_flight.add(entry_id)
         task = asyncio.create_task(self._process(entry_id, fields, handler))
@@ -229,11 +256,13 @@ class InboundStream:
         self._tasks.pop(entry_id, None)
         self._in_flight.discard(entry_id)
         self._started.discard(entry_id)
+        self._waiting_since.pop(entry_id, None)
         self._room.set()
 
     async def _read(self, count: int, stop: asyncio.Event) -> list[tuple[str, dict[str, str]]]:
         from redis.exceptions import ResponseError
 
+        began = asyncio.get_running_loop().time()
         try:
             read = await self.redis.xreadgroup(
                 GROUP, self.consumer, {self.stream: ">"}, count=count, block=READ_BLOCK_MS
@@ -250,37 +279,99 @@ class InboundStream:
             await _pause(stop, 0.5)
             return []
         self._patience.succeeded()
+        if asyncio.get_running_loop().time() - began > READ_BLOCK_MS / 1000 + SLOW_READ_S:
+            self._patience.stalled()
         return [entry for _, batch in read or [] for entry in batch]
 
     async def _reclaim(self, handler: Handler, stop: asyncio.Event) -> None:
         """Take over entries a stopped worker left. Runs whatever this worker's load: such an
         entry may be the predecessor that all our waiting turns need."""
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
             await _pause(stop, self.claim_tick)
             if stop.is_set():
                 return
-            start = "0-0"
-            taken: list[tuple[str, dict[str, str]]] = []
-            for _ in range(10):  # at most 1000 entries a tick
-                try:
-                    claimed = await self.redis.xautoclaim(
-                        self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id=start, count=100
-                    )
-                except passing_errors() as exc:
-                    self._patience.failed(exc)
-                    break
-                except Exception as exc:  # noqa: BLE001 - the claim loop must survive anything
-                    log.warning("claiming stale inbound items failed (%s); retrying", exc)
-                    break
-                # A busy event loop can miss a heartbeat of our own: never take over what we run.
-                taken += [e for e in claimed[1] if e[1] and e[0] not in self._in_flight]
-                start = claimed[0]
-                if start in ("0-0", b"0-0"):
-                    break
-            if taken:
-                log.warning("took over %d inbound item(s) left unacknowledged longer than the lease", len(taken))
-            for entry_id, fields in taken:
-                self._start(entry_id, fields, handler)
+            if self._patience.troubled_within(QUIET_AFTER_OUTAGE_S):
+                continue  # the others' heartbeats were held up too: let them renew first
+            began = loop.time()
+            abandoned: list[tuple[str, dict[str, str]]] = []
+            expired: list[tuple[str, dict[str, str]]] = []
+            try:
+                abandoned = await self._rescue()
+                expired = await self._expired()
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+            except Exception as exc:  # noqa: BLE001 - the claim loop must survive anything
+                log.warning("looking for abandoned inbound items failed (%s); retrying", exc)
+            if loop.time() - began > SLOW_READ_S:
+                # The store stood still while we looked: what seemed abandoned may only have
+                # missed its heartbeats. Leave it; if it really is, the next looks find it.
+                self._patience.stalled()
+                continue
+            if abandoned:
+                log.warning("took over %d inbound item(s) that a stopped worker had read and not started", len(abandoned))
+            if expired:
+                log.warning("took over %d inbound item(s) left unacknowledged longer than the lease", len(expired))
+            for entry_id, fields in abandoned + expired:
+                if entry_id not in self._in_flight:
+                    self._start(entry_id, fields, handler)
+
+    async def _expired(self) -> list[tuple[str, dict[str, str]]]:
+        """Entries nobody touched for a whole lease (their worker stopped mid-turn)."""
+        start = "0-0"
+        taken: list[tuple[str, dict[str, str]]] = []
+        for _ in range(10):  # at most 1000 entries a tick
+            claimed = await self.redis.xautoclaim(
+                self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id=start, count=100
+            )
+            # A busy event loop can miss a heartbeat of our own: never take over what we run.
+            taken += [e for e in claimed[1] if e[1] and e[0] not in self._in_flight]
+            start = claimed[0]
+            if start in ("0-0", b"0-0"):
+                break
+        return taken
+
+    async def _rescue(self) -> list[tuple[str, dict[str, str]]]:
+        """Claim entries other workers read but did not start although they could run: their
+        predecessor is done and nobody holds their conversation. A live reader starts such an
+        entry within a poll; one seen so on two looks a tick apart (and idle for at least
+        `RESCUE_IDLE_S`) lost its reader."""
+        idle_ms = int(RESCUE_IDLE_S * 1000)
+        pending = await self.redis.xpending_range(self.stream, GROUP, "-", "+", 200, idle=idle_ms)
+        candidates = [
+            str(p["message_id"]) for p in pending
+            if p["consumer"] != self.consumer and str(p["message_id"]) not in self._in_flight
+        ]
+        if not candidates:
+            self._suspects.clear()
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry_id in candidates:
+                pipe.xrange(self.stream, entry_id, entry_id)
+            ranges = await pipe.execute()
+        located = []
+        for entry_id, found in zip(candidates, ranges):
+            fields = found[0][1] if found else {}
+            conv, seq = fields.get("conv", ""), int(fields.get("seq") or 0)
+            if conv and seq:
+                located.append((entry_id, conv, seq))
+        if not located:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, conv, _ in located:
+                pipe.get(self.store.key(f"conv:done:{conv}"))
+                pipe.exists(self.store.key(f"lock:conv:{conv}"))
+            states = await pipe.execute()
+        runnable_now = {
+            entry_id for (entry_id, _, seq), done, locked in zip(located, states[::2], states[1::2])
+            if int(done or 0) == seq - 1 and not locked
+        }
+        runnable = sorted(runnable_now & self._suspects)
+        self._suspects = runnable_now - set(runnable)
+        if not runnable:
+            return []
+        claimed = await self.redis.xclaim(self.stream, GROUP, self.consumer, min_idle_time=idle_ms, message_ids=runnable)
+        return [e for e in claimed if e[1] and e[0] not in self._in_flight]
 
     async def _keep_claims(self, stop: asyncio.Event) -> None:
         """Touch started entries so a long turn is not mistaken for a dead worker's. Entries
@@ -345,31 +436,41 @@ class InboundStream:
         """Run message `seq` of `conv` once message `seq - 1` is done, holding the lock."""
         done_key = self.store.key(f"conv:done:{conv}")
         lock_key = self.store.key(f"lock:conv:{conv}")
-        pause, waited = 0.005, 0.0
-        while True:
-            done = await self._get_done(done_key)
-            if done >= seq:  # handled already (a worker died between finishing and acknowledging)
-                return
-            # Only a predecessor lost for good (trimmed from the stream) is ever skipped.
-            if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
-                lease = Lease(self.redis, lock_key, self.lock_ttl, self._patience)
-                await lease.acquire(poll=0.01)
-                try:
-                    done = await self._get_done(done_key)
-                    if done >= seq:
-                        return
-                    if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
-                        if done != seq - 1:
-                            log.warning("conversation %s: message %d never came; continuing at %d", conv, done + 1, seq)
-                        self._started.add(entry_id)
-                        await self._guarded(turn, lease)
-                        await self._patience.run(lambda: self.redis.set(done_key, seq), passing_errors())
-                        return
-                finally:
-                    await lease.release()  # whatever happened: a held lock must never outlive us
-            await asyncio.sleep(pause)
-            waited += pause
-            pause = min(0.05, pause * 2)
+        loop = asyncio.get_running_loop()
+        since = self._waiting_since.setdefault(entry_id, loop.time())
+        pause = WAIT_POLL_S[0]
+        try:
+            while True:
+                done = await self._get_done(done_key)
+                if done >= seq:  # handled already (a worker died between finishing and acknowledging)
+                    return
+                waited = loop.time() - since
+                # Only a predecessor lost for good (trimmed from the stream) is ever skipped.
+                if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                    lease = Lease(self.redis, lock_key, self.lock_ttl, self._patience)
+                    await lease.acquire(poll=0.01)
+                    try:
+                        done = await self._get_done(done_key)
+                        if done >= seq:
+                            return
+                        if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                            if done != seq - 1:
+                                log.warning("conversation %s: message %d never came; continuing at %d", conv, done + 1, seq)
+                            self._waiting_since.pop(entry_id, None)
+                            self._started.add(entry_id)
+                            await self._guarded(turn, lease)
+                            await self._patience.run(lambda: self.redis.set(done_key, seq), passing_errors())
+                            return
+                    finally:
+                        await lease.release()  # whatever happened: a held lock must never outlive us
+                ended = self._turn_ended.setdefault(conv, asyncio.Event())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(ended.wait(), timeout=pause)
+                pause = min(WAIT_POLL_S[1], pause * 2)
+        finally:
+            self._waiting_since.pop(entry_id, None)
+            if conv in self._turn_ended:  # wake this conversation's next message here
+                self._turn_ended.pop(conv).set()
 
     @staticmethod
     async def _guarded(turn: Callable[[], Coroutine[Any, Any, None]], lease: Lease) -> None:

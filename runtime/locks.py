@@ -6,8 +6,10 @@ them (a crash, a `kill -9`), so a successor takes over within seconds, and both 
 only by the token that took them, so a late holder cannot free someone else's lock.
 
 A heartbeat that meets a store outage keeps trying; the lock counts as lost only when the
-store says it is someone else's (or gone). Redis does not expire keys while its clients are
-paused, so a paused store does not cost anyone their locks.
+store says it is someone else's. One that expired while the store stood still (every
+holder's renewal was late) is simply taken again by its holder; workers hold back from
+taking anything over for a while after an outage (runtime/durable.py), so the holders get
+there first.
 """
 
 from __future__ import annotations
@@ -23,9 +25,16 @@ from botweave.store.redis import passing_errors
 
 log = logging.getLogger(__name__)
 
+# Renew the lock if it is ours; take it again if it expired while nobody else took it (Redis
+# stood still longer than the lock lives: every holder's renewal was late, not just ours).
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
 end
 return 0
 """
@@ -101,6 +110,8 @@ class Lease:
                 continue
             self._patience.succeeded()
             interval = self.ttl / 3
+            if renewed == 2:
+                log.info("lock %s had expired while the store was away; taken again", self.key)
             if not renewed:
                 log.error("lock %s was lost (expired or taken over)", self.key)
                 self.lost.set()

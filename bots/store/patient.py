@@ -45,6 +45,8 @@ class Patience:
         self.clock = clock
         self.what = "the store"
         self._down_since: float | None = None
+        #: When the last outage ended (the clock's time); -inf before any.
+        self.recovered_at = float("-inf")
         #: Operations that failed with an outage, retried or not (a metric's source).
         self.errors = 0
 
@@ -65,8 +67,18 @@ class Patience:
     def succeeded(self) -> None:
         """Note a successful operation; the first after an outage is logged."""
         if self._down_since is not None:
-            log.warning("%s answers again after %.1fs", self.what, self.clock() - self._down_since)
+            self.recovered_at = self.clock()
+            log.warning("%s answers again after %.1fs", self.what, self.recovered_at - self._down_since)
             self._down_since = None
+
+    def troubled_within(self, seconds: float) -> bool:
+        """Whether the store was away at any time in the last `seconds` (or is now)."""
+        return self._down_since is not None or self.clock() - self.recovered_at < seconds
+
+    def stalled(self) -> None:
+        """An operation succeeded but took so long the store must have stood still: count it
+        as an outage that just ended."""
+        self.recovered_at = self.clock()
 
     async def run(
         self,

@@ -147,7 +147,7 @@ class RedisStore(Store):
             max_connections=64,
             timeout=30,
             decode_responses=True,
-            retry=Retry(NoBackoff(), 1),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
             retry_on_error=[RedisConnectionError],
             health_check_interval=15,
             socket_timeout=SOCKET_TIMEOUT_S,
