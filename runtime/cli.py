@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from botweave.runtime.app import Role
 from botweave.version import __version__
@@ -218,6 +219,16 @@ async def _room(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exit_now(code: int) -> NoReturn:
+    """Leave a stopped bot without the interpreter's own teardown. Everything that matters
+    (turns, the store, platform connections) was closed by App.stop; finalising the modules
+    of litellm and three platform SDKs would only add seconds to every SIGTERM."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
@@ -237,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                 from botweave.adapters.console.config import ConsoleConfig
 
                 config.platforms.console = ConsoleConfig()
-            return asyncio.run(_serve(config, ["console"]))
-        return asyncio.run(_serve(config, None, args.role))
+            _exit_now(asyncio.run(_serve(config, ["console"])))
+        _exit_now(asyncio.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return 2
