@@ -303,7 +303,8 @@ class Result:
         return (
             f"{self.platform:8} {self.fault:5}  lost {len(self.lost):3}  duplicated {dup:3}  "
             f"in flight {self.in_flight:2} (answer unread {self.unread_answers:2})  "
-            f"takeover {self.takeover_s:5.1f}s  stalled {self.stalled:2}/{self.waiting_at_fault:2} chats  "
+            f"{'takeover' if self.fault == 'kill' else 'resumed '} {self.takeover_s:5.1f}s  "
+            f"stalled {self.stalled:2}/{self.waiting_at_fault:2} chats  "
             f"history bad {len(self.history_problems):2}  model saw repeats {len(self.model_problems):2}  "
             f"outage warnings {self.outage_warnings:2}  tracebacks {self.tracebacks:2}  wall {self.wall_s:5.1f}s"
         )
