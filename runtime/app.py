@@ -188,7 +188,7 @@ class App:
                 # turn from stalling the lock and stream heartbeats.
                 await asyncio.to_thread(litellm_module)
                 self._background.append(
-                    asyncio.create_task(self.stream.run(self._from_stream, self._stopping, self._drain_seconds))
+                    asyncio.create_task(self.stream.run(self._from_stream, self._stopping, lambda: self._drain_seconds))
                 )
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
@@ -235,7 +235,8 @@ class App:
         if self.rooms is not None:
             await self.rooms.stop()
         if self._background:
-            _, pending = await asyncio.wait(self._background, timeout=timeout)
+            # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
+            _, pending = await asyncio.wait(self._background, timeout=timeout + 2.0)
             for task in pending:
                 task.cancel()
         if self._tasks:
@@ -313,6 +314,8 @@ class App:
             if entry is None:
                 return  # a platform retry of an item recorded already
             await self._ready.wait()
+            if self._stopping.is_set():
+                return  # stopping: recorded, and the next start answers it
             token = _RECORDED.set("journal")
             try:
                 await self.handle(item)

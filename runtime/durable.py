@@ -192,9 +192,9 @@ class InboundStream:
 
     # --- worker side ------------------------------------------------------------------------
 
-    async def run(self, handler: Handler, stop: asyncio.Event, drain: float = 5.0) -> None:
+    async def run(self, handler: Handler, stop: asyncio.Event, drain: Callable[[], float] = lambda: 5.0) -> None:
         """Consume until `stop` is set. Then no new entry is read; turns already started get
-        `drain` seconds to finish, and whatever is left is handed back at once (marked idle,
+        `drain()` seconds to finish, and whatever is left is handed back at once (marked idle,
         so another worker's next claim takes it) instead of waiting out its lease."""
         await self._patience.run(self.ensure_group, passing_errors(), grace=float("inf"))
         helpers = [asyncio.create_task(self._keep_claims(stop)), asyncio.create_task(self._reclaim(handler, stop))]
@@ -216,7 +216,7 @@ class InboundStream:
             await asyncio.wait(helpers, timeout=2.0)
             for helper in helpers:
                 helper.cancel()
-            await self._wind_down(drain)
+            await self._wind_down(drain())
 
     async def _wind_down(self, drain: float) -> None:
         tasks = dict(self._tasks)  # entry id -> task; finished tasks leave self._tasks

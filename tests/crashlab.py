@@ -290,6 +290,7 @@ class Result:
     takeover_s: float = 0.0
     stalled: int = 0
     waiting_at_fault: int = 0
+    held_by_dead: int = 0  # stream entries the killed worker had read and not finished
     history_problems: list[str] = field(default_factory=list)
     model_problems: list[str] = field(default_factory=list)
     outage_warnings: int = 0
@@ -304,7 +305,7 @@ class Result:
             f"{self.platform:8} {self.fault:5}  lost {len(self.lost):3}  duplicated {dup:3}  "
             f"in flight {self.in_flight:2} (answer unread {self.unread_answers:2})  "
             f"{'takeover' if self.fault == 'kill' else 'resumed '} {self.takeover_s:5.1f}s  "
-            f"stalled {self.stalled:2}/{self.waiting_at_fault:2} chats  "
+            f"stalled {self.stalled:2}/{self.waiting_at_fault:2} chats (dead worker held {self.held_by_dead:2})  "
             f"history bad {len(self.history_problems):2}  model saw repeats {len(self.model_problems):2}  "
             f"outage warnings {self.outage_warnings:2}  tracebacks {self.tracebacks:2}  wall {self.wall_s:5.1f}s"
         )
@@ -378,8 +379,11 @@ async def run(
         fault_at = time.monotonic()
         answered = set(first_seen)
         if fault == "kill":
-            pid = procs.kill("worker-1")
+            # the busier worker: the kill should land in the middle of turns and sends
+            held = {name: await held_by(redis_url, prefix, procs.running[name].pid) for name in ("worker-1", "worker-2")}
+            pid = procs.kill(max(held, key=lambda name: held[name]))
             result.in_flight = await unconfirmed_intents(redis_url, prefix, pid)
+            result.held_by_dead = await held_by(redis_url, prefix, pid)
         else:
             client = aioredis.from_url(redis_url)
             await client.execute_command("CLIENT", "PAUSE", int(pause_s * 1000), "ALL")
@@ -435,6 +439,18 @@ async def unconfirmed_intents(redis_url: str, prefix: str, pid: int) -> int:
     finally:
         await client.aclose()
     return count
+
+
+async def held_by(redis_url: str, prefix: str, pid: int) -> int:
+    """How many inbound entries the worker `pid` had read and not acknowledged."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url, decode_responses=True)
+    try:
+        summary = await client.xpending(f"{prefix}inbound", "workers")
+    finally:
+        await client.aclose()
+    return sum(int(c["pending"]) for c in summary.get("consumers") or [] if f"-{pid}-" in str(c["name"]))
 
 
 async def check_histories(redis_url: str, prefix: str, chats: int, per_chat: int) -> list[str]:
