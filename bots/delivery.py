@@ -75,6 +75,9 @@ class Destination:
 
 #: Who wrote an intent: an unconfirmed one names the process that stopped mid-send.
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+#: Pauses before sending a keyed chunk again after a failed attempt in the same process.
+RESEND_PAUSES_S = (0.5, 2.0)
+
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
@@ -138,10 +141,6 @@ class Outbox:
     async def confirm(self, chunk_key: str, message_id: str | None) -> None:
         record = json.dumps({"s": "sent", "id": message_id, "at": time.time()})
         await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
-
-
-#: Pauses before sending a keyed chunk again after a failed attempt in the same process.
-RESEND_PAUSES_S = (0.5, 2.0)
 
 
 class Delivery:

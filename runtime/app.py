@@ -58,6 +58,7 @@ Role = Literal["all", "worker", "ingress"]
 #: already holds the conversation's place, or the stream). Handing it over this way keeps
 #: `App.handle(item)` the one call every item goes through, for whoever wraps it.
 _RECORDED: ContextVar[Literal["journal", "stream", None]] = ContextVar("botweave_recorded", default=None)
+
 DIGEST_FLUSH_SECONDS = 30.0
 
 
@@ -70,6 +71,7 @@ class App:
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()  # the adapters are started: journaled turns may answer
         self._background: list[asyncio.Task[Any]] = []
+        self._drain_seconds = 5.0  # how long a stopping stream lets started turns finish
         cfg = config.store
         self.patience = Patience(cfg.outage_grace_seconds)
         chosen = store or open_store(cfg.url or "memory://", cfg.prefix, base=config.base_dir)
@@ -223,8 +225,6 @@ class App:
             )
         elif policy == "deny":
             log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
-
-    _drain_seconds = 5.0
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect.

@@ -155,3 +155,15 @@ def test_room_list_and_run_now(tmp_path):
     assert "Good morning!" in ran.stdout
     unknown = botweave("room", "run", "nosuch", "--config", str(config))
     assert unknown.returncode == 1 and "unknown room 'nosuch'" in unknown.stderr
+
+
+def test_chat_keeps_state_in_a_file_per_config_unless_ephemeral(tmp_path, private_state_dir):
+    config = tmp_path / "mybot.yaml"
+    config.write_text("agents: {assistant: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    ephemeral = botweave("chat", "--ephemeral", str(config), stdin="hello\n")
+    assert ephemeral.returncode == 0, ephemeral.stderr
+    assert not list(private_state_dir.rglob("*.db"))
+    kept = botweave("-v", "chat", str(config), stdin="hello\n")
+    assert kept.returncode == 0, kept.stderr
+    [database] = list(private_state_dir.rglob("*.db"))
+    assert database.name.startswith("mybot-") and f"store: sqlite:///{database}" in kept.stderr

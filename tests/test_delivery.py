@@ -262,3 +262,39 @@ async def test_a_turn_cut_off_before_its_commit_runs_again_and_answers_once(
         assert [e["role"] for e in entries] == ["user", "assistant"]
     finally:
         await second.stop()
+
+
+async def test_telegram_a_send_whose_answer_was_lost_is_sent_again_at_least_once(
+    telegram_emulator: TelegramEmulator, start_app: Any, tmp_path: Path
+) -> None:
+    emu = telegram_emulator
+    await start_app(telegram_config(emu, tmp_path))
+    emu.drop_after_delivery("sendMessage")  # it lands; the answer never arrives
+    ann = emu.user(503, "Cy")
+    emu.push_message(emu.private_chat(ann), ann, "hello")
+    await wait_until(lambda: len(emu.calls_to("sendMessage")) == 2, timeout=15, what="the resend")
+    shown = [m["text"] for (chat, _), m in sorted(emu.messages.items()) if chat == 503 and m["from"]["is_bot"]]
+    assert shown == [HEARD + "hello"] * 2  # never lost; Telegram cannot tell a repeat
+
+
+async def test_the_journal_records_a_platform_retry_once_and_answers_it_once(tmp_path: Path) -> None:
+    from tests.support import RecordingAdapter, message
+
+    app = App.from_config(
+        {
+            "bot": {"unknown_user_policy": "allow"},
+            "agents": {"assistant": {"model": "offline/echo"}},
+            "store": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+        }
+    )
+    adapter = RecordingAdapter()
+    app.add_adapter(adapter)
+    await app.start(platforms=[])
+    try:
+        await app.submit(message("hi", message_id="m1"))
+        await app.submit(message("hi", message_id="m1"))  # the platform delivered it again
+        await app.drain()
+        assert adapter.texts() == [HEARD + "hi"]
+        assert await app.journal.pending() == []  # type: ignore[union-attr]
+    finally:
+        await app.stop()
