@@ -33,7 +33,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from botweave.config import PlatformConfig
 from botweave.metrics import OUTBOUND
@@ -52,6 +52,13 @@ from botweave.types import (
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 #: How a failed platform call reads: its status and a short reason in the platform's words.
 Outcome = tuple[ActionStatus, str]
+
+#: How a send whose outcome is unknown (the process died, or the answer never came back) is
+#: settled without showing the message twice:
+#:   "key"    - the platform drops a repeat that carries the same key (`send_keyed`);
+#:   "lookup" - a post carries its key and can be found in the conversation (`find_sent`);
+#:   "none"   - neither: the only way not to lose it is to send it again.
+Idempotency = Literal["none", "key", "lookup"]
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +145,17 @@ class Outbound(ABC):
     async def delete(self, chat_id: str, message_id: str) -> None:
         raise ActionError("unsupported", "delete: not supported")
 
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """`send` tagged with a key the platform can recognise (only "key" and "lookup"
+        platforms use it)."""
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None, since: float) -> str | None:
+        """The message posted under `key`, for "lookup" platforms; the rest cannot tell."""
+        return None
+
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         raise ActionError("unsupported", "react: not supported")
 
@@ -173,10 +191,17 @@ class Outbound(ABC):
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         """A reply is complete (its streamed edits included)."""
 
+    def retryable(self, exc: Exception) -> bool:
+        """Whether another attempt may succeed: no answer came back, or the platform failed
+        on its side. A refusal the platform spelled out (blocked, forbidden, bad request)
+        would only be refused again."""
+        return not isinstance(exc, ActionError)
+
     @abstractmethod
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Read a failed call. `action` is `send` for anything that posts a new message (such a
-        post may have been delivered and is never repeated), else `edit`, `delete` or `react`."""
+        post may have been delivered: only a keyed send through delivery is ever repeated),
+        else `edit`, `delete` or `react`."""
 
 
 class Adapter(ABC):
@@ -190,6 +215,8 @@ class Adapter(ABC):
     emits: frozenset[str] = frozenset()
     #: How often the runtime renews the typing indicator while a turn runs.
     typing_interval_s: ClassVar[float] = 4.0
+    #: What the platform offers to settle a send of unknown outcome (see `Idempotency`).
+    idempotency: ClassVar[Idempotency] = "none"
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
@@ -287,6 +314,35 @@ class Adapter(ABC):
         return await self._perform(
             "send", chat_id, lambda out: out.send(chat_id, text, thread_id=thread_id, reply_to=reply_to), text=text
         )
+
+    async def send_keyed(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        key: str,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """`send`, tagged with `key`: the same chunk of the same reply carries the same key in
+        every attempt, in every process, so a platform with `idempotency` "key" or "lookup"
+        can tell a repeat (see docs/delivery.md)."""
+        return await self._perform(
+            "send",
+            chat_id,
+            lambda out: out.send_keyed(chat_id, text, key=key, thread_id=thread_id, reply_to=reply_to),
+            text=text,
+        )
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None = None, since: float) -> str | None:
+        """The id of the message posted earlier under `key` (by `send_keyed`, no earlier than
+        `since`, a Unix time), or None when the conversation has no such message. Raises when
+        the platform cannot be asked (not started, or the lookup failed): the caller must then
+        not assume the message is missing."""
+        out = self.outbound
+        if out is None:
+            raise RuntimeError(f"find_sent: the {self.platform} adapter is not started")
+        return await out.find_sent(chat_id, key, thread_id=thread_id, since=since)
 
     async def edit(
         self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
@@ -494,6 +550,7 @@ class Adapter(ABC):
             return MessageActionResult("unsupported", target, f"{self.platform} cannot {action}")
         if text is not None and not text.strip():
             return MessageActionResult("failed", target, "empty message")
+        retryable = False
         try:
             made = await call(out)
         except NoIdentity:
@@ -502,11 +559,14 @@ class Adapter(ABC):
             status, detail = exc.status, exc.detail
         except Exception as exc:
             status, detail = out.classify(exc, action)
+            retryable = status == "failed" and out.retryable(exc)
         else:
             return MessageActionResult("ok", target, message_id=made if made is not None else message_id)
         if status != "ok":
             log.info("%s: %s in %s: %s (%s)", self.platform, action, target, status, detail)
-        return MessageActionResult(status, target, detail, message_id=message_id if status == "ok" else None)
+        return MessageActionResult(
+            status, target, detail, message_id=message_id if status == "ok" else None, retryable=retryable
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
-from botweave.store import Store
+from botweave.store import Append, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
 
@@ -107,16 +107,23 @@ class History:
 
     async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
         """Record messages one item each (nothing in them refers to another)."""
-        await self._store.list_append(
-            self.key(conversation),
-            *(json.dumps(e, ensure_ascii=False) for e in entries),
-            max_len=max(max_turns, 1),
-        )
+        op = self.append_op(conversation, max_turns, *entries)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_op(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> Append:
+        """The append as an operation, for a turn that commits it with its other effects."""
+        values = tuple(json.dumps(e, ensure_ascii=False) for e in entries)
+        return Append(self.key(conversation), values, max(max_turns, 1))
 
     async def append_turn(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> None:
         """Record one whole turn as one item, so it is kept or dropped whole."""
+        op = self.append_turn_op(conversation, max_turns, messages)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_turn_op(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> Append:
+        """The whole turn's append as an operation, for the commit that carries its effects."""
         item = json.dumps(list(messages), ensure_ascii=False)
-        await self._store.list_append(self.key(conversation), item, max_len=max(max_turns, 1))
+        return Append(self.key(conversation), (item,), max(max_turns, 1))
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))

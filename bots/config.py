@@ -459,20 +459,30 @@ class RouteConfig(Section):
         return self
 
 
+#: The URL schemes a store can have (bots/store/url.py picks the backend).
+STORE_SCHEMES = ("sqlite://", "memory://", "redis://", "rediss://", "unix://")
+
+
 class StoreConfig(Section):
-    url: str = Field(default="memory://", repr=False)  # may carry a Redis password
+    # None: the default for how botweave runs. `botweave run` / `chat` use a SQLite file per
+    # configuration in the user state dir; an App built in code uses memory://.
+    url: Optional[str] = Field(default=None, repr=False)  # may carry a Redis password
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
     prefix: str = "botweave:default:"
+    # How long an operation inside a turn waits for a store that stopped answering (a
+    # failover, a slow fork, a busy file) before the turn fails.
+    outage_grace_seconds: Annotated[float, Field(ge=0)] = 60.0
     # Redis only: how long an unacknowledged inbound item waits before another worker takes
-    # it over, and the time-to-live of conversation and leader locks (renewed while held).
-    stream_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
-    lock_ttl_seconds: Annotated[float, Field(gt=0)] = 15.0
+    # it over, and the time-to-live of conversation and leader locks (renewed every third of
+    # it while held).
+    stream_lease_seconds: Annotated[float, Field(gt=0)] = 10.0
+    lock_ttl_seconds: Annotated[float, Field(gt=0)] = 10.0
 
     @field_validator("url")
     @classmethod
-    def _known_scheme(cls, value: str) -> str:
-        if not value.startswith(("memory://", "redis://", "rediss://", "unix://")):
-            raise ValueError("must start with memory:// or redis:// (or rediss://, unix://)")
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(STORE_SCHEMES):
+            raise ValueError("must start with sqlite://, memory:// or redis:// (or rediss://, unix://)")
         return value
 
 

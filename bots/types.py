@@ -310,6 +310,7 @@ class MessageActionResult:
     message_id: str | None = None  # the platform id of a message that was sent
     message_ids: tuple[str, ...] = ()  # every message a post used (a long text is several)
     thread_id: str | None = None  # the thread a `create_thread` opened
+    retryable: bool = False  # failed without a refusal from the platform: another try may work
 
     @property
     def ok(self) -> bool:

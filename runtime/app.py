@@ -1,9 +1,11 @@
 """The runtime: wires adapters, the inbound pipeline, agents and delivery together.
 
-Adapters hand items to `submit`, which returns at once (platforms want a fast ack) and runs
-`handle` in a task. `handle` takes the conversation's lock *before* its first await, so the
-arrival order of a conversation's messages is the order of its turns, while other
-conversations run concurrently.
+Adapters hand items to `submit`, which returns as soon as the item is recorded (platforms
+want a fast ack, and must not be acknowledged for an item that could still be lost): in the
+Redis stream for several workers, otherwise in the store's inbound journal. The turn runs in
+a task that takes the conversation's lock *before* its first await, so the arrival order of
+a conversation's messages is the order of its turns, while other conversations run
+concurrently. At start, whatever the journal still holds (a turn a crash cut off) runs first.
 
 `run` (and `serve`, its async form) is the whole life of a bot process, the one the CLI's
 `botweave run` and `chat` use: start, answer until SIGINT/SIGTERM (or the console's input
@@ -20,6 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, Literal
 
@@ -47,7 +50,7 @@ from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
-from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
+from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
@@ -56,7 +59,8 @@ from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
-from botweave.store import Store, StoreUnavailable, open_store
+from botweave.store import Patience, PatientStore, Store, StoreUnavailable, open_store
+from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.tools import ToolServices, Toolsets
@@ -66,6 +70,12 @@ from botweave.types import AgentIdentity, BotMessage, MessageActionResult, Platf
 log = logging.getLogger(__name__)
 
 Role = Literal["all", "worker", "ingress"]
+
+#: Set while `handle` runs an item that came from a durable record (the journal, which
+#: already holds the conversation's place, or the stream). Handing it over this way keeps
+#: `App.handle(item)` the one call every item goes through, for whoever wraps it.
+_RECORDED: ContextVar[Literal["journal", "stream", None]] = ContextVar("botweave_recorded", default=None)
+
 DIGEST_FLUSH_SECONDS = 30.0
 #: Pauses between the tries to start a platform: three tries over about ten seconds.
 START_RETRY_PAUSES = (3.0, 7.0)
@@ -113,10 +123,16 @@ class App:
         self.config = config
         self.role = role
         self.stream: InboundStream | None = None
+        self.journal: InboundJournal | None = None
         self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()  # the adapters are started: journaled turns may answer
         self._background: list[asyncio.Task[Any]] = []
         self._leaders: list[PlatformLeader] = []
-        self.store = store or open_store(config.store.url, config.store.prefix)
+        self._drain_seconds = 5.0  # how long a stopping stream lets started turns finish
+        cfg = config.store
+        self.patience = Patience(cfg.outage_grace_seconds)
+        chosen = store or open_store(cfg.url or "memory://", cfg.prefix, base=config.base_dir)
+        self.store: Store = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=self.patience)
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
@@ -127,6 +143,7 @@ class App:
         self.failed_platforms: dict[str, str] = {}
         self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
+        self._publishing = ConversationLocks()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
@@ -177,8 +194,11 @@ class App:
         admission = Admission(
             AdmissionLimits(
                 limits.max_concurrent_turns, limits.max_concurrent_turns_per_scope, limits.overflow, limits.queue_depth
-            )
+            ),
+            # several workers share one budget through the store
+            slots=self.store if isinstance(backend(self.store), RedisStore) else None,
         )
+        self.turn = AgentTurn(self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds)
         self.pipeline = build_pipeline(
             authors=AuthorScreen(self.store),
             access=self.access,
@@ -187,11 +207,11 @@ class App:
             delivery=self.delivery,
             commands=self.commands,
             rooms=self.rooms,
-            observe=Observe(self.agents, self.history),
+            observe=Observe(self.agents, self.history, self.store, cfg.dedup_ttl_seconds),
             rate_limit=RateLimit(self.store),
             admission=AdmissionStep(admission, self.store, limits.busy_message),
             media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
-            turn=AgentTurn(self.agents, self.history, self._finished),
+            turn=self.turn,
         )
         self.ops: OpsServer | None = None
         self._serving = False  # started and not stopping: what /readyz reports first
@@ -217,9 +237,10 @@ class App:
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
         """Connect the store and start every enabled platform (or just `platforms`).
 
-        With the in-memory store everything runs in this process. With Redis, inbound items
-        go through the shared stream: `ingress` holds the platform connections (one process
-        per platform, by leader lock), `worker` answers from the stream, `all` does both.
+        With SQLite or the in-memory store everything runs in this process, through the
+        store's inbound journal (replayed first). With Redis, inbound items go through the
+        shared stream: `ingress` holds the platform connections (one process per platform,
+        by leader lock), `worker` answers from the stream, `all` does both.
         `ops.listen` (every role) serves the operator's endpoints from the first moment, so
         a slow start is alive but not ready.
         """
@@ -227,18 +248,29 @@ class App:
             self.ops = OpsServer(self.config.ops.listen, self.readiness)
             await self.ops.start()
         await self.store.connect()
+        log.info("store: %s", self.store.describe())
         if self.role != "ingress":  # an ingress process never runs a turn
             await self._start_tools()
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
                 self.add_adapter(installed_platforms()[name].create(section))
-        shared = self.store if isinstance(self.store, RedisStore) else None
+        raw = backend(self.store)
+        shared = raw if isinstance(raw, RedisStore) else None
         inbound = receive and shared is None
+        cfg = self.config.store
         if shared is not None:
-            cfg = self.config.store
-            self.stream = InboundStream(shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)
+            self.stream = InboundStream(
+                shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds, patience=self.patience
+            )
             await self.stream.ensure_group()
+        elif receive:
+            self.journal = InboundJournal(self.store, cfg.dedup_ttl_seconds)
+            left = await self.journal.pending()
+            if left:
+                log.warning("answering %d message(s) a previous run received but did not finish", len(left))
+            for entry, item in left:
+                self._spawn(self._journaled(item, self._settled(entry)))
         for name in list(self.adapters):
             self._explain_access(name)
             failure = await self._start_platform(name, sections.get(name), inbound=inbound)
@@ -251,12 +283,18 @@ class App:
                 # litellm takes seconds to import; doing it now, off the loop, keeps the first
                 # turn from stalling the lock and stream heartbeats.
                 await asyncio.to_thread(litellm_module)
-                self._background.append(asyncio.create_task(self.stream.run(self._from_stream, self._stopping)))
+                self._background.append(
+                    asyncio.create_task(self.stream.run(self._from_stream, self._stopping, lambda: self._drain_seconds))
+                )
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
                         leader = PlatformLeader(
-                            name, partial(self._inbound_adapter, name, sections[name]), shared, self.config.store.lock_ttl_seconds
+                            name,
+                            partial(self._inbound_adapter, name, sections[name]),
+                            shared,
+                            self.config.store.lock_ttl_seconds,
+                            self.patience,
                         )
                         self._leaders.append(leader)
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
@@ -267,6 +305,7 @@ class App:
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
+        self._ready.set()
         self._serving = True
 
     async def _start_platform(self, name: str, section: PlatformConfig | None, *, inbound: bool) -> str | None:
@@ -330,7 +369,10 @@ class App:
             log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
 
     async def stop(self, timeout: float = 5.0) -> None:
-        """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
+        """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect.
+        A cancelled turn is not lost: its item stays in the journal or the stream, and runs
+        again at the next start or in another worker."""
+        self._drain_seconds = timeout
         self._serving = False
         self._stopping.set()
         if self.rooms is not None:
@@ -338,7 +380,8 @@ class App:
         if self.schedules is not None:
             await self.schedules.stop()
         if self._background:
-            _, pending = await asyncio.wait(self._background, timeout=timeout)
+            # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
+            _, pending = await asyncio.wait(self._background, timeout=timeout + 2.0)
             for task in pending:
                 task.cancel()
         if self._tasks:
@@ -477,14 +520,69 @@ class App:
     # --- inbound --------------------------------------------------------------------------
 
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
-        """Accept an item and return at once; the turn runs in the background (or, with
-        Redis, the item is in the shared stream when this returns)."""
+        """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
+        returns, and its turn runs in the background. A failure to record raises, so the
+        adapter does not acknowledge what could still be lost."""
         if self.stream is not None:
-            await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+            if isinstance(item, PlatformEvent):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+                return
+            # One append at a time per conversation, in the order items arrived: the stream's
+            # sequence numbers are the conversation's order (an SDK that hands over each
+            # message in a task of its own must not let a later one overtake).
+            async with self._publishing.hold(conversation_key(item)):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
-        task = asyncio.create_task(self.handle(item))
+        journal = self.journal
+        if journal is None:  # not started to receive: nothing to record into
+            self._spawn(self.handle(item))
+            return
+        recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._spawn(self._journaled(item, recorded))  # takes its place in the conversation now
+        try:
+            entry = await journal.record(item)
+        except BaseException:
+            recorded.set_result(None)
+            raise
+        recorded.set_result(entry)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+
+    @staticmethod
+    def _settled(entry: str) -> asyncio.Future[str | None]:
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        done.set_result(entry)
+        return done
+
+    async def _journaled(self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None]) -> None:
+        """One journaled item: its turn, then its entry removed. A turn cut off (a crash, a
+        store away for longer than the grace) leaves the entry for the next start."""
+        journal = self.journal
+        assert journal is not None
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(item, BotMessage):
+                # the conversation's place is taken before the first await: arrival order
+                await stack.enter_async_context(self._locks.hold(conversation_key(item)))
+            entry = await recorded
+            if entry is None:
+                return  # a platform retry of an item recorded already
+            await self._ready.wait()
+            if self._stopping.is_set():
+                return  # stopping: recorded, and the next start answers it
+            token = _RECORDED.set("journal")
+            try:
+                await self.handle(item)
+            except outage_errors() as exc:
+                log.warning("a turn met a store outage longer than the grace (%s); it runs again at the next start", exc)
+                return
+            except Exception:
+                log.exception("turn crashed; its message is dropped so it is not retried forever")
+            finally:
+                _RECORDED.reset(token)
+            await journal.done(entry)
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
@@ -493,28 +591,44 @@ class App:
 
     @_counted
     async def handle(self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False) -> TurnOutcome:
-        """Run the pipeline for one item. `deduplicated` items (from the shared stream) were
-        checked when they were appended, so a worker re-running a crashed turn is not
-        mistaken for a platform retry."""
+        """Run the pipeline for one item. Recorded items (the journal, the shared stream) and
+        `deduplicated` ones were checked when they were recorded, so a turn re-running after a
+        crash is not mistaken for a platform retry."""
+        recorded = _RECORDED.get()
+        if recorded is not None:
+            _RECORDED.set(None)  # for this item only, not for whatever the turn calls
+            deduplicated = True
         key = None if deduplicated else dedup_key(item)
         if key is not None and not await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds):
             return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
+        if recorded == "journal":  # the journal took the conversation's lock on arrival
+            return await self._run_pipeline(item, durable=True)
         async with self._locks.hold(conversation_key(item)):
-            return await self._run_pipeline(item)
+            return await self._run_pipeline(item, durable=deduplicated)
 
-    async def _run_pipeline(self, msg: BotMessage) -> TurnOutcome:
+    async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
         adapter = self.adapters.get(msg.platform)
         if adapter is None:
             log.warning("message from platform %r that has no adapter; dropped", msg.platform)
             return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
         config = self._platform_configs[msg.platform]
         reply = ReplyChannel(self.delivery, adapter, msg, config)
+        if durable:
+            # A recorded item may be running again after a crash: a turn that committed is
+            # finished by delivering what it committed, never decided afresh.
+            resumed = await self.turn.resume(msg, reply)
+            if resumed is not None:
+                return resumed
         return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
-        return await self.handle(item, deduplicated=True)
+        token = _RECORDED.set("stream")
+        try:
+            return await self.handle(item)
+        finally:
+            _RECORDED.reset(token)
 
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from botweave.runtime.app import EXIT_CONFIG, EXIT_STORE, Role
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
@@ -62,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)", parents=common)
     chat.add_argument("config", nargs="?", help=CONFIG_HELP)
+    for command in (run, chat):
+        command.add_argument(
+            "--ephemeral",
+            action="store_true",
+            help="keep all state in memory for this run (default: the configured store, or a SQLite file per config)",
+        )
     check = sub.add_parser("check", help="validate a config and print it with secrets masked", parents=common)
     check.add_argument("config", nargs="?", help=CONFIG_HELP)
     doctor = sub.add_parser(
@@ -115,21 +122,30 @@ def _setup_logging(verbosity: int, fmt: LogFormat, command: str) -> None:
     setup_logging(max(logging.DEBUG, base - 10 * verbosity), fmt, libraries=verbosity >= 2)
 
 
-def _load(path: str | None) -> Any:
-    from botweave.runtime.config import BUILTIN_CONFIG, find_config, load_config
+def _load(path: str | None, *, ephemeral: bool = False) -> Any:
+    """The configuration, with its store settled: the one bot.yaml names, memory with
+    `--ephemeral`, else the SQLite file that belongs to this configuration file."""
+    from botweave.runtime.config import BUILTIN_CONFIG, default_store_url, find_config, load_config
 
     found = find_config(path)
     if found is None:
         log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
-        return load_config(BUILTIN_CONFIG)
-    return load_config(found)
+        config = load_config(BUILTIN_CONFIG)
+    else:
+        config = load_config(found)
+    if ephemeral:
+        config.store.url = "memory://"
+    elif config.store.url is None:
+        config.store.url = default_store_url(config)
+    return config
 
 
 async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False) -> int:
     from botweave.runtime.app import App
+    from botweave.store import is_shared
 
-    if role != "all" and config.store.url.startswith("memory://"):
-        log.error("--role %s needs a shared store (store: {url: redis://...})", role)
+    if role != "all" and not is_shared(config.store.url):
+        log.error("--role %s needs a store shared by several processes (store: {url: redis://...})", role)
         return EXIT_CONFIG
     app = App(config, role=role)
     if banner:
@@ -196,10 +212,11 @@ def _check(path: str | None) -> int:
     if unroutable:
         raise ConfigError(unroutable)
     if config.store.url.startswith("memory://"):
+        print("# store: memory:// (state is lost when the bot stops)")
         return 0
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
 
     async def probe() -> None:
-        store = open_store(config.store.url, config.store.prefix)
         try:
             await store.connect()
         finally:
@@ -210,7 +227,7 @@ def _check(path: str | None) -> int:
     except StoreUnavailable as exc:
         print(f"# store: {exc}")
         return 3
-    print(f"# store: {redact_url(config.store.url)} is reachable")
+    print(f"# store: {redact_url(store.describe())} is reachable")
     return 0
 
 
@@ -222,11 +239,11 @@ async def _pair(args: argparse.Namespace) -> int:
     if config.store.url.startswith("memory://"):
         print(
             "botweave: the store is memory:// (inside the running bot); pairing from the command "
-            "line needs a shared store such as store: {url: redis://...}",
+            "line needs a store on disk or on a server: leave store.url out (a SQLite file) or use redis://",
             file=sys.stderr,
         )
         return 2
-    store = open_store(config.store.url, config.store.prefix)
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
     await store.connect()
     pairing = Pairing(store)
     try:
@@ -341,6 +358,16 @@ def _init(args: argparse.Namespace) -> int:
     return init(args.path, args.platforms, args.model, out=sys.stdout, err=sys.stderr)
 
 
+def _exit_now(code: int) -> NoReturn:
+    """Leave a stopped bot without the interpreter's own teardown. Everything that matters
+    (turns, the store, platform connections) was closed by App.stop; finalising the modules
+    of litellm and three platform SDKs would only add seconds to every SIGTERM."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose, args.log_format, args.command)
@@ -360,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_room(args))
         if args.command == "schedule":
             return asyncio.run(_schedule(args))
-        config = _load(args.config)
+        config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             if config.platforms.console is None:
                 from botweave.adapters.console.config import ConsoleConfig
@@ -368,9 +395,9 @@ def main(argv: list[str] | None = None) -> int:
                 config.platforms.console = ConsoleConfig()
             from botweave.adapters.console.inbound import is_terminal
 
-            return asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin)))
+            _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
         _ops_listen(config, args.ops_listen)
-        return asyncio.run(_serve(config, None, args.role))
+        _exit_now(asyncio.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

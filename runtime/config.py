@@ -12,12 +12,14 @@ reported together with every other problem instead of after they are fixed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
+import platformdirs
 import yaml
 from botweave.config import (
     AgentConfig,
@@ -105,6 +107,17 @@ class Config(Section):
         return value
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    #: The file this configuration was read from (None: a mapping, or the built-in one).
+    _source: Optional[Path] = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder relative store paths are taken from: the configuration file's."""
+        return self._source.resolve().parent if self._source is not None else None
 
     @model_validator(mode="after")
     def _references_exist(self) -> Config:
@@ -263,6 +276,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     config._env_refs = refs
     if not isinstance(source, Mapping):
         _anchor_files_dirs(config, Path(source).resolve().parent)
+        config._source = Path(source)
     return config
 
 
@@ -282,6 +296,21 @@ def _yaml_problem(origin: str, exc: yaml.YAMLError) -> str:
     where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin
     what = " ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
     return f"{where}: not valid YAML: {what or exc}"
+
+
+def default_store_url(config: Config) -> str:
+    """Where `botweave run` and `chat` keep state when bot.yaml names no store: one SQLite
+    file per configuration file in the user state dir, named after the file and a hash of
+    its absolute path (so two bot.yaml files in different folders never share state); the
+    built-in configuration gets one of its own."""
+    state = Path(platformdirs.user_state_dir("botweave", appauthor=False))
+    if config.source is None:
+        name = "builtin.db"
+    else:
+        absolute = config.source.resolve()
+        digest = hashlib.sha256(str(absolute).encode()).hexdigest()[:8]
+        name = f"{absolute.stem}-{digest}.db"
+    return f"sqlite:///{state / name}"
 
 
 def find_config(explicit: str | None) -> Path | None:

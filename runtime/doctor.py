@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from botweave.adapter import Check
 from botweave.agents import load_litellm
 from botweave.config import ConfigError
-from botweave.runtime.config import BUILTIN_CONFIG, Config, find_config, load_config
+from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import open_store, redact_url
 
@@ -42,6 +42,8 @@ def _load(path: str | None) -> tuple[Config | None, Check]:
     except ConfigError as exc:
         more = f" (and {len(exc.problems) - 1} more; `botweave check` lists them all)" if len(exc.problems) > 1 else ""
         return None, Check("config", False, f"{where}: {exc.problems[0]}{more}", "edit the configuration as the message says")
+    if config.store.url is None:  # the store `botweave run` would use
+        config.store.url = default_store_url(config)
     agents = ", ".join(config.agents)
     return config, Check("config", True, f"{where} (agents: {agents})")
 
@@ -69,10 +71,10 @@ async def _platforms(config: Config) -> list[Check]:
 
 
 async def _store(config: Config) -> Check:
-    url = config.store.url
+    url = config.store.url or "memory://"
     if url.startswith("memory://"):
         return Check("store", True, "memory:// (inside the bot process; state is lost when it stops)")
-    store = open_store(url, config.store.prefix)
+    store = open_store(url, config.store.prefix, base=config.base_dir)
     try:
         await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
         await asyncio.wait_for(store.get("doctor:probe"), CHECK_TIMEOUT_S)

@@ -2,6 +2,14 @@
 history appended. A turn with tools records its calls and their results in history with the
 answer, as one item, so later turns see what the agent did.
 
+A turn's effects commit together: the user and assistant entries, the reply exactly as it
+will be sent, and the turn's marker (keyed by the inbound message) are written in one atomic
+store step, before the first chunk goes out. A turn that runs again after a crash finds the
+marker and only delivers what was committed (`resume`), so the model never sees a turn
+twice in its history and the person never gets a reply that differs from the recorded one.
+A streamed reply is on screen before it is complete, so it commits its history after the
+last edit; a re-run edits the same messages (the outbox remembers them).
+
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
 indicator is renewed for as long as the turn runs. The agent reads what the media step made
 of the message's files when there were any (images as content parts), and history keeps
@@ -19,12 +27,14 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
-from botweave.delivery import Delivered, ReplyChannel
+from botweave.delivery import Delivered, Prepared, ReplyChannel
 from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
+from botweave.store import Operation, Put, Store
 from botweave.tooling import ToolContext
 from botweave.types import BotMessage, OutboundFile
 
@@ -94,6 +104,16 @@ def _reported(run: Run) -> Run:
     return reported
 
 
+def turn_marker(msg: BotMessage) -> str:
+    """The key whose presence says this message's turn has committed."""
+    return f"turn:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}"
+
+
+def reply_record(reply: ReplyChannel) -> str:
+    """Where a committed turn keeps the reply it is delivering."""
+    return f"reply:{reply.key('reply')}"
+
+
 async def keep_typing(reply: ReplyChannel) -> None:
     adapter = reply.adapter
     if not adapter.capabilities.typing:
@@ -110,10 +130,14 @@ async def keep_typing(reply: ReplyChannel) -> None:
 class AgentTurn:
     """The endpoint of the pipeline: the routed agent answers."""
 
-    def __init__(self, agents: Mapping[str, Agent], history: History, finished: Finished) -> None:
+    def __init__(
+        self, agents: Mapping[str, Agent], history: History, finished: Finished, store: Store, ttl: float
+    ) -> None:
         self._agents = agents
         self._history = history
         self._finished = finished
+        self._store = store
+        self._ttl = ttl
 
     async def __call__(self, inbound: Inbound) -> TurnOutcome:
         target = inbound.target
@@ -123,6 +147,19 @@ class AgentTurn:
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
         return await self.run(inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn)
+
+    async def resume(self, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome | None:
+        """Finish a turn that committed before its process stopped: deliver the committed
+        reply (chunks already confirmed are not sent again). None when the turn never
+        committed and has to run."""
+        if await self._store.get(turn_marker(msg)) is None:
+            return None
+        raw = await self._store.get(reply_record(reply))
+        if raw is None:  # silent, or streamed: everything was on screen before the commit
+            return TurnOutcome(TurnStatus.REPLIED, detail="resumed")
+        log.info("%s: delivering the committed reply to %s after a restart", msg.platform, msg.message_id)
+        delivered = await reply.deliver(Prepared.from_json(raw))
+        return TurnOutcome(TurnStatus.REPLIED, delivered, detail="resumed")
 
     @_reported
     async def run(
@@ -145,28 +182,42 @@ class AgentTurn:
                     elapsed=lambda: time.monotonic() - started,
                     tools=tools.used,
                 )
+                if delivered.cancelled:
+                    return TurnOutcome(TurnStatus.CANCELLED, delivered)
+                said = "" if delivered.silent else delivered.text
+                if images and not delivered.silent:
+                    await self._send_images(reply, images, delivered)
+                    said = "\n".join(part for part in (said, markers_for(images)) if part)
+                exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
+                await self._store.commit(
+                    turn_marker(msg),
+                    [self._history.append_turn_op(conversation, agent.config.max_history, exchange)],
+                    ttl=self._ttl,
+                )
             else:
                 text = await agent.complete(earlier, content, tools, images=images)
                 if images and not text.strip():
-                    delivered = Delivered()  # only pictures: nothing to say in words
+                    prepared: Prepared | None = Prepared("", ())  # only pictures: nothing to say in words
                 else:
-                    delivered = await reply.send_text(
+                    prepared = await reply.prepare(
                         text, model=agent.model, seconds=time.monotonic() - started, tools=tools.used
                     )
+                if prepared is None:
+                    return TurnOutcome(TurnStatus.CANCELLED, Delivered(cancelled=True))
+                said = "" if prepared.silent else prepared.text
+                if images and not prepared.silent:
+                    said = "\n".join(part for part in (said, markers_for(images)) if part)
+                exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
+                prepared = await self._commit(msg, agent, conversation, reply, exchange, prepared)
+                delivered = await reply.deliver(prepared)
+                if images and not prepared.silent:
+                    await self._send_images(reply, images, delivered)
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(APOLOGY, purpose="apology")
             return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))
         finally:
             typing.cancel()
-        if delivered.cancelled:
-            return TurnOutcome(TurnStatus.CANCELLED, delivered)
-        said = "" if delivered.silent else delivered.text
-        if images and not delivered.silent:
-            await self._send_images(reply, images, delivered)
-            said = "\n".join(part for part in (said, markers_for(images)) if part)
-        answer = {"role": "assistant", "content": said}
-        await self._history.append_turn(conversation, agent.config.max_history, [entry, *tools.messages, answer])
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered)
         await self._finished(msg, agent, delivered, time.monotonic() - started)
@@ -179,3 +230,23 @@ class AgentTurn:
             posted = await reply.send_file(image, purpose=f"image-{number}")
             delivered.message_ids.extend(posted.message_ids)
             delivered.failures.extend(posted.failures)
+
+    async def _commit(
+        self,
+        msg: BotMessage,
+        agent: Agent,
+        conversation: str,
+        reply: ReplyChannel,
+        exchange: list[dict[str, Any]],
+        prepared: Prepared,
+    ) -> Prepared:
+        """History, reply and marker in one step; what to deliver is what was committed."""
+        operations: list[Operation] = [self._history.append_turn_op(conversation, agent.config.max_history, exchange)]
+        if not prepared.silent:
+            operations.append(Put(reply_record(reply), prepared.to_json(), ttl=self._ttl))
+        if await self._store.commit(turn_marker(msg), operations, ttl=self._ttl):
+            return prepared
+        # Another run of this turn committed first (or our own commit landed and its answer
+        # was lost to a timeout): deliver that one, never a second version.
+        raw = await self._store.get(reply_record(reply))
+        return Prepared.from_json(raw) if raw is not None else Prepared("", (), silent=True)

@@ -340,3 +340,15 @@ def test_log_format_goes_before_or_after_the_subcommand():
         assert _parser().parse_args(argv).log_format == "json", argv
     assert _parser().parse_args(["--log-format", "json", "chat", "-v"]).log_format == "json"  # not undone
     assert _parser().parse_args(["chat"]).log_format == "text"
+
+
+def test_chat_keeps_state_in_a_file_per_config_unless_ephemeral(tmp_path, private_state_dir):
+    config = tmp_path / "mybot.yaml"
+    config.write_text("agents: {assistant: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    ephemeral = botweave("chat", "--ephemeral", str(config), stdin="hello\n")
+    assert ephemeral.returncode == 0, ephemeral.stderr
+    assert not list(private_state_dir.rglob("*.db"))
+    kept = botweave("-v", "chat", str(config), stdin="hello\n")
+    assert kept.returncode == 0, kept.stderr
+    [database] = list(private_state_dir.rglob("*.db"))
+    assert database.name.startswith("mybot-") and f"store: sqlite:///{database}" in kept.stderr

@@ -71,6 +71,9 @@ class DiscordAdapter(Adapter):
     )
     emits = ALL_KINDS
     typing_interval_s = 8.0  # Discord shows "typing" for 10 s per trigger
+    #: A create carrying a nonce Discord has seen (from the same bot, within minutes) is not
+    #: created again: discord.py sends `enforce_nonce` with every nonce it is given.
+    idempotency = "key"
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)

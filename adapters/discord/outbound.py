@@ -9,6 +9,7 @@ sent are read from Discord's CDN, whose attachment URLs need no bot token.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 from collections.abc import AsyncGenerator, Mapping
@@ -33,6 +34,12 @@ ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=Tr
 PUBLIC_THREAD: Literal[11] = 11
 #: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
 _NO_THREADS_HERE = frozenset({50003, 50024})
+
+
+def chunk_nonce(key: str) -> str:
+    """The nonce a keyed chunk is sent with: the same for every attempt, within Discord's 25
+    characters. With `enforce_nonce` Discord answers a repeat with the original message."""
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
 class DiscordOutbound(Outbound):
@@ -60,12 +67,21 @@ class DiscordOutbound(Outbound):
         known = self._message_channels.get(message_id) if message_id else None
         return known if known is not None else int(chat_id)
 
-    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to, nonce=chunk_nonce(key))
+
+    async def send(
+        self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None, nonce: str | None = None
+    ) -> str:
+        """Post one message; a nonce makes discord.py send `enforce_nonce`, so a repeat within
+        Discord's window returns the first message instead of posting a second."""
         target = self._target_id(chat_id, thread_id=thread_id)
         reference = None
         if reply_to:
             reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
-        sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
+        sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS, nonce=nonce)
         self._message_channels.put(str(sent.id), target)
         return str(sent.id)
 
@@ -174,6 +190,12 @@ class DiscordOutbound(Outbound):
             self._message_channels.put(str(sent.id), sent.channel.id)
             return str(sent.id)
         raise ActionError("failed", "send: the channel webhook kept disappearing")
+
+    def retryable(self, exc: Exception) -> bool:
+        """discord.py already waited out rate limits; a 4xx is Discord saying no."""
+        if isinstance(exc, discord.HTTPException):
+            return exc.status >= 500
+        return not isinstance(exc, ValueError)
 
     def classify(self, exc: Exception, action: str) -> Outcome:
         """discord.py's errors as statuses, with a short reason."""

@@ -68,6 +68,8 @@ class SlackAdapter(Adapter):
         markdown="slack",
         edit_floor_ms=1000,  # chat.update is tier 3 (~50/min): one edit a second per stream
     )
+    # A post can carry message metadata and be found again by it (conversations.history).
+    idempotency = "lookup"
     # Slack has no "thread created" event: a thread exists once someone replies.
     emits = frozenset(
         {"message_edited", "message_deleted", "reaction_added", "reaction_removed", "member_joined", "member_left"}

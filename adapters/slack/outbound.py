@@ -47,6 +47,13 @@ CUSTOMIZE_SCOPE = "chat:write.customize"
 PostedHook = Callable[[str, str, str | None, str], None]
 
 
+#: The message metadata event type of a keyed post; its payload holds the chunk's key.
+CHUNK_EVENT = "botweave_chunk"
+#: A keyed post is looked for among messages at most this much older than its intent.
+LOOKUP_MARGIN_S = 120.0
+LOOKUP_PAGES = 5
+
+
 class SlackOutbound(Outbound):
     def __init__(self, client: AsyncWebClient, post_client: AsyncWebClient, *, posted: PostedHook) -> None:
         self._client = client
@@ -102,7 +109,41 @@ class SlackOutbound(Outbound):
                 )
             raise NoIdentity from exc
 
-    async def _post(self, chat_id: str, body: str, thread_id: str | None, **extra: str) -> str | None:
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """`send`, with the chunk's key in the message metadata so `find_sent` can tell
+        whether an attempt whose answer was lost posted it."""
+        metadata = {"event_type": CHUNK_EVENT, "event_payload": {"key": key}}
+        return await self._post(chat_id, _mrkdwn(text), thread_id, metadata=metadata)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None, since: float) -> str | None:
+        """The ts of our post carrying `key`: the thread's replies, or the channel's newest
+        messages back to a little before `since`. Raises when Slack cannot be asked."""
+        oldest_wanted = since - LOOKUP_MARGIN_S
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            if thread_id:
+                response = await self._client.conversations_replies(
+                    channel=chat_id, ts=thread_id, include_all_metadata=True, limit=200, cursor=cursor
+                )
+            else:
+                response = await self._client.conversations_history(
+                    channel=chat_id, include_all_metadata=True, limit=100, cursor=cursor
+                )
+            messages = list(response.get("messages") or [])
+            for message in messages:
+                metadata = message.get("metadata") or {}
+                if metadata.get("event_type") == CHUNK_EVENT and (metadata.get("event_payload") or {}).get("key") == key:
+                    return str(message["ts"])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                return None
+            if not thread_id and messages and _ts_seconds(messages[-1]) < oldest_wanted:
+                return None  # newest first: every later page is older still
+        return None
+
+    async def _post(self, chat_id: str, body: str, thread_id: str | None, **extra: Any) -> str | None:
         """One `chat.postMessage` of already converted mrkdwn."""
         kwargs: dict[str, Any] = {"channel": chat_id, "text": body, **extra}
         if thread_id:
@@ -173,9 +214,13 @@ class SlackOutbound(Outbound):
         self._dm_channels.put(user_id, channel)
         return channel
 
+    def retryable(self, exc: Exception) -> bool:
+        """An error code is Slack's answer; only a call that got none may go through next time."""
+        return not isinstance(exc, SlackApiError)
+
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Slack's error code as the status it means; any other failure of a post may have
-        happened after Slack posted it, so it is reported and never retried."""
+        happened after Slack posted it (delivery looks for it before posting again)."""
         if isinstance(exc, SlackApiError):
             error = str(exc.response.get("error") or "error")
             if error in _ALREADY_DONE_ERRORS:
@@ -187,7 +232,7 @@ class SlackOutbound(Outbound):
             return "failed", error
         log.warning("slack: %s failed: %s", action, type(exc).__name__)
         if action == "send":
-            return "failed", f"{type(exc).__name__}; not resent (may have been delivered)"
+            return "failed", f"{type(exc).__name__}; may have been delivered"
         return "failed", type(exc).__name__
 
 
@@ -230,3 +275,10 @@ def _lacks_customize_scope(exc: SlackApiError) -> bool:
         return False
     needed = str(response.get("needed") or "")
     return CUSTOMIZE_SCOPE in {scope.strip() for scope in needed.split(",")}
+
+
+def _ts_seconds(message: dict[str, Any]) -> float:
+    try:
+        return float(message.get("ts") or 0)
+    except (TypeError, ValueError):
+        return 0.0

@@ -220,6 +220,9 @@ class TelegramOutbound(Outbound):
             return
         await self.bot.send_chat_action(chat_id=_as_chat(target), action="typing", message_thread_id=_as_int(thread_id))
 
+    def retryable(self, exc: Exception) -> bool:
+        return not isinstance(exc, TelegramError) or transient(exc)
+
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Telegram's own message for each refusal, as the status it means."""
         if not isinstance(exc, TelegramError):
@@ -231,7 +234,7 @@ class TelegramOutbound(Outbound):
         if action == "edit" and not_modified(exc):
             return "ok", "edit: message is not modified"
         if action == "send" and transient(exc) and not surely_unsent(exc):
-            return "failed", f"send: outcome unknown ({exc.message}); not resent to avoid a duplicate"
+            return "failed", f"send: outcome unknown ({exc.message})"
         return status_for(exc), f"{action}: {exc.message}"
 
 
