@@ -8,12 +8,15 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.runtime.app import App
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.turns import TurnOutcome
+from botweave.tooling import ToolContext, ToolError
+from botweave.tools.python import tool
 from botweave.types import (
     BotChannel,
     BotMessage,
     BotUser,
     MessageActionResult,
     MessageType,
+    OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
     QuotedRef,
@@ -22,6 +25,6 @@ from botweave.version import __version__
 
 __all__ = [
     "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Config", "ConfigError", "HookEvent",
-    "HookRegistry", "MessageActionResult", "MessageType", "PlatformCapabilities", "PlatformEvent",
-    "QuotedRef", "TurnOutcome", "load_config", "__version__",
+    "HookRegistry", "MessageActionResult", "MessageType", "OutboundFile", "PlatformCapabilities", "PlatformEvent",
+    "QuotedRef", "ToolContext", "ToolError", "TurnOutcome", "load_config", "tool", "__version__",
 ]

@@ -1,4 +1,4 @@
-"""Agents: a named model with instructions, answering from the conversation's history.
+"""Agents: a named model with instructions and tools, answering from the conversation's history.
 
 litellm is imported on first use, not at import time: it costs seconds to import and would
 otherwise slow `botweave --help` and every `import bots`.
@@ -6,16 +6,24 @@ otherwise slow `botweave --help` and every `import bots`.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import json
 import logging
+import mimetypes
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
-from botweave.store import Store
+from botweave.metrics import model_call
+from botweave.store import Append, Store
+from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
+from botweave.types import OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +40,53 @@ def litellm_module() -> Any:
     return litellm
 
 
+_imported = False
+
+
+async def load_litellm() -> Any:
+    """litellm, imported in a worker thread the first time: the import takes seconds, and an
+    event loop blocked that long freezes everything else the process serves (a terminal's
+    prompt, health checks, other conversations)."""
+    global _imported
+    if not _imported:
+        await asyncio.to_thread(litellm_module)
+        _imported = True
+    return litellm_module()
+
+
+def _usage(response: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens a response or stream chunk reports; zeros when it has none."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+@cache
+def _reports_stream_usage(litellm: Any, model: str) -> bool:
+    """Whether litellm can ask this model's provider for token counts at the end of a stream
+    (`stream_options`); a provider that does not know the option would refuse the request."""
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return bool(supported) and "stream_options" in supported
+
+
 class AgentError(RuntimeError):
     """The model could not answer; the message is safe to log (no keys, no prompt)."""
 
 
 class History:
-    """A conversation's turns in the store, newest last, trimmed to the agent's budget."""
+    """A conversation's turns in the store, newest last, trimmed to the agent's budget.
+
+    Each turn is one list item: the person's message, any rounds of tool calls with their
+    results, and the answer, in the provider's message format. Keeping a turn in one item is
+    what makes trimming safe: the store drops whole items, so a tool result is never kept
+    without the call it answers (providers refuse such a conversation). A message recorded on
+    its own (a group message the bot only observes) is an item of one message.
+    """
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -46,35 +95,227 @@ class History:
     def key(conversation: str) -> str:
         return f"history:{conversation}"
 
-    async def load(self, conversation: str, max_turns: int) -> list[dict[str, str]]:
+    async def load(self, conversation: str, max_turns: int) -> list[dict[str, Any]]:
         if max_turns <= 0:
             return []
-        raw = await self._store.list_range(self.key(conversation), -2 * max_turns, -1)
-        return [json.loads(item) for item in raw]
+        raw = await self._store.list_range(self.key(conversation), -max_turns, -1)
+        messages: list[dict[str, Any]] = []
+        for item in raw:
+            value = json.loads(item)
+            messages.extend(value if isinstance(value, list) else [value])
+        return complete_exchanges(messages)
 
-    async def append(self, conversation: str, max_turns: int, *entries: dict[str, str]) -> None:
-        await self._store.list_append(
-            self.key(conversation),
-            *(json.dumps(e, ensure_ascii=False) for e in entries),
-            max_len=max(2 * max_turns, 2),
-        )
+    async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
+        """Record messages one item each (nothing in them refers to another)."""
+        op = self.append_op(conversation, max_turns, *entries)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_op(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> Append:
+        """The append as an operation, for a turn that commits it with its other effects."""
+        values = tuple(json.dumps(e, ensure_ascii=False) for e in entries)
+        return Append(self.key(conversation), values, max(max_turns, 1))
+
+    async def append_turn(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> None:
+        """Record one whole turn as one item, so it is kept or dropped whole."""
+        op = self.append_turn_op(conversation, max_turns, messages)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_turn_op(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> Append:
+        """The whole turn's append as an operation, for the commit that carries its effects."""
+        item = json.dumps(list(messages), ensure_ascii=False)
+        return Append(self.key(conversation), (item,), max(max_turns, 1))
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))
 
 
+def complete_exchanges(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without tool calls that lack their results or results that lack their call.
+
+    Turns are stored whole, so this only matters for history written before they were; it is
+    cheap insurance, because one orphaned tool message makes a provider refuse every later
+    request of the conversation.
+    """
+    kept: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        if message.get("role") == "tool":
+            index += 1  # a result whose call is not right before it
+            continue
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls:
+            kept.append(message)
+            index += 1
+            continue
+        results = []
+        index += 1
+        while index < len(messages) and messages[index].get("role") == "tool":
+            results.append(messages[index])
+            index += 1
+        wanted = {call.get("id") for call in calls}
+        if wanted == {result.get("tool_call_id") for result in results}:
+            kept.append(message)
+            kept.extend(results)
+    return kept
+
+
+@dataclass
+class ToolTurn:
+    """One turn's tool rounds: the context every call gets, and what the rounds added to the
+    conversation (assistant messages carrying calls, and the results), in the provider's
+    format, for history. `used` names the tools called, in order."""
+
+    context: ToolContext
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    used: list[str] = field(default_factory=list)
+
+    def note(self) -> str:
+        """What the model is told about the message it answers, so it can react to it."""
+        origin = self.context.origin
+        if origin is None:
+            return ""
+        where = f"{origin.platform}:{origin.channel.channel_id}"
+        if origin.thread_id:
+            where += f":{origin.thread_id}"
+        return f"The message you are answering has id {origin.message_id}, in {where} (the `origin` target)."
+
+
+class _StreamedCalls:
+    """Tool calls as a stream carries them: fragments by index, put together at the end."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, dict[str, str]] = {}
+
+    def add(self, deltas: Any) -> None:
+        for position, delta in enumerate(deltas):
+            index = getattr(delta, "index", None)
+            part = self._parts.setdefault(index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""})
+            if getattr(delta, "id", None):
+                part["id"] = delta.id
+            function = getattr(delta, "function", None)
+            if function is not None:
+                if getattr(function, "name", None):
+                    part["name"] = function.name
+                if getattr(function, "arguments", None):
+                    part["arguments"] += function.arguments
+
+    def calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(part["id"] or f"call_{index}", part["name"], part["arguments"])
+            for index, part in sorted(self._parts.items())
+            if part["name"]
+        ]
+
+
+def _calls_of(message: Any) -> list[ToolCall]:
+    calls = []
+    for position, call in enumerate(getattr(message, "tool_calls", None) or []):
+        function = call.function
+        calls.append(ToolCall(call.id or f"call_{position}", function.name or "", function.arguments or ""))
+    return [call for call in calls if call.name]
+
+
+ROUND_SEPARATOR = "\n\n"
+OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+#: A user turn as the model reads it: text, or OpenAI-style content parts (text and images).
+UserContent = str | list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """What an agent is given for one message: the text (words, transcripts, documents, markers
+    for what was not read), the images it may look at as content parts, and `record`, the
+    compact text history keeps instead of the bytes (None: the text itself)."""
+
+    text: str
+    images: tuple[dict[str, Any], ...] = ()
+    record: str | None = None
+
+    def content(self, prefix: str = "") -> UserContent:
+        text = prefix + self.text
+        if not self.images:
+            return text
+        words = [{"type": "text", "text": text}] if text.strip() else []
+        return [*words, *self.images]
+
+    def history(self, prefix: str = "") -> str:
+        return prefix + (self.text if self.record is None else self.record)
+
+
+def decode_data_url(url: str) -> tuple[str, bytes] | None:
+    """(type, bytes) of a base64 `data:` URL; None for anything else."""
+    if not url.startswith("data:") or "," not in url:
+        return None
+    header, payload = url[len("data:") :].split(",", 1)
+    parts = header.split(";")
+    if "base64" not in parts[1:]:
+        return None
+    try:
+        return (parts[0] or "application/octet-stream"), base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _image_url(item: Any) -> str:
+    """The URL of an image part, whether litellm handed it over as a dict or an object."""
+    image = item.get("image_url") if isinstance(item, dict) else getattr(item, "image_url", None)
+    if isinstance(image, dict):
+        return str(image.get("url") or "")
+    return str(getattr(image, "url", image) or "")
+
+
+def images_of(message: Any, found: list[OutboundFile]) -> None:
+    """Collect the images a model returned (litellm's `images`, or image parts of a list
+    content) as files; images given only by an http URL are not fetched."""
+    items = list(getattr(message, "images", None) or [])
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    for item in items:
+        decoded = decode_data_url(_image_url(item))
+        if decoded is None:
+            log.info("a model returned an image that is not a data: URL; not sent")
+            continue
+        mime, data = decoded
+        extension = mimetypes.guess_extension(mime, strict=False) or ".png"
+        found.append(OutboundFile(data, f"image-{len(found) + 1}{extension}", mime))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
+
+
 @dataclass
 class Agent:
+    """A model with instructions and, optionally, tools.
+
+    With tools, a turn is a loop: the model answers with calls, the calls run (concurrently
+    within a round) and their results go back, until it answers in words or `max_tool_rounds`
+    rounds are used up; the last request then forbids further calls. Streaming streams every
+    round's text as it comes, so the final answer streams after the tool rounds; words a model
+    says before calling a tool stay (a streamed word cannot be taken back), separated from what
+    follows by a blank line. A whole (not streamed) answer is the last round's words only.
+    """
+
     name: str
     config: AgentConfig
+    tools: dict[str, Tool] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         return self.config.model
 
-    def _request(self, history: list[dict[str, str]], user_turn: str, stream: bool) -> dict[str, Any]:
-        messages = [{"role": "system", "content": self.config.instructions}, *history]
-        messages.append({"role": "user", "content": user_turn})
+    def _messages(self, history: list[dict[str, Any]], user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
+        system = self.config.instructions
+        note = turn.note() if self.tools else ""
+        if note:
+            system = f"{system}\n\n{note}"
+        return [{"role": "system", "content": system}, *history, {"role": "user", "content": user_turn}]
+
+    def _request(self, messages: list[dict[str, Any]], stream: bool, *, last_round: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -82,6 +323,11 @@ class Agent:
             "timeout": self.config.timeout_seconds,
             "metadata": {"botweave_agent": self.name},
         }
+        if self.tools:
+            request["tools"] = [schema_of(tool) for tool in self.tools.values()]
+            if last_round:
+                request["tool_choice"] = "none"
+                request["drop_params"] = True  # a provider without tool_choice still answers in words
         if self.config.temperature is not None:
             request["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
@@ -98,21 +344,99 @@ class Agent:
             detail = detail.replace(self.config.api_key.get_secret_value(), "***")
         return AgentError(f"agent {self.name} ({self.model}) failed: {type(exc).__name__}: {detail}")
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
-        litellm = litellm_module()
-        try:
-            response = await litellm.acompletion(**self._request(history, user_turn, stream=False))
-        except Exception as exc:
-            raise self._failure(exc) from exc
-        return response.choices[0].message.content or ""
+    def _turn(self, turn: ToolTurn | None) -> ToolTurn:
+        return turn if turn is not None else ToolTurn(ToolContext(self.name))
 
-    async def stream(self, history: list[dict[str, str]], user_turn: str) -> AsyncIterator[str]:
-        litellm = litellm_module()
-        try:
-            response = await litellm.acompletion(**self._request(history, user_turn, stream=True))
-            async for chunk in response:
-                delta = chunk.choices[0].delta.content if chunk.choices else None
-                if delta:
-                    yield delta
-        except Exception as exc:
-            raise self._failure(exc) from exc
+    async def _run_round(
+        self, messages: list[dict[str, Any]], turn: ToolTurn, text: str | None, calls: list[ToolCall]
+    ) -> None:
+        """Run one round's calls and add the call message and the results to both the
+        request's messages and the turn's record."""
+        call_message: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [c.wire() for c in calls]}
+        results = await run_round(calls, self.tools, turn.context)
+        turn.used.extend(call.name for call in calls)
+        for message in (call_message, *results):
+            messages.append(message)
+            turn.messages.append(message)
+
+    async def complete(
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
+    ) -> str:
+        """The whole reply's text; images the model returns land in `images`."""
+        litellm = await load_litellm()
+        turn = self._turn(turn)
+        messages = self._messages(history, user_turn, turn)
+        rounds = self.config.max_tool_rounds if self.tools else 0
+        for round_number in range(rounds + 1):
+            started = time.monotonic()
+            try:
+                response = await litellm.acompletion(**self._request(messages, stream=False, last_round=round_number == rounds))
+            except Exception as exc:
+                model_call(self.name, time.monotonic() - started)
+                raise self._failure(exc) from exc
+            model_call(self.name, time.monotonic() - started, *_usage(response))
+            message = response.choices[0].message
+            calls = _calls_of(message) if round_number < rounds else []
+            if not calls:
+                if images is not None:
+                    images_of(message, images)
+                text = _text_of(message.content)
+                return text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
+            await self._run_round(messages, turn, message.content, calls)
+        return ""  # not reached: the last round never runs calls
+
+    async def stream(
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
+    ) -> AsyncIterator[str]:
+        """The reply's text as it arrives; images the model returns land in `images`."""
+        litellm = await load_litellm()
+        turn = self._turn(turn)
+        messages = self._messages(history, user_turn, turn)
+        rounds = self.config.max_tool_rounds if self.tools else 0
+        usage = _reports_stream_usage(litellm, self.model)
+        shown = False  # some text reached the person already
+        for round_number in range(rounds + 1):
+            text = ""
+            calls = _StreamedCalls()
+            request = self._request(messages, stream=True, last_round=round_number == rounds)
+            if usage:
+                request["stream_options"] = {"include_usage": True}
+            started = time.monotonic()
+            tokens = (0, 0)
+            try:
+                response = await litellm.acompletion(**request)
+                async for chunk in response:
+                    tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
+                    delta = chunk.choices[0].delta if chunk.choices else None
+                    if delta is None:
+                        continue
+                    if images is not None:
+                        images_of(delta, images)
+                    if delta.content:
+                        if not text and shown:
+                            yield ROUND_SEPARATOR
+                        text += delta.content
+                        yield delta.content
+                    if getattr(delta, "tool_calls", None):
+                        calls.add(delta.tool_calls)
+            except Exception as exc:
+                raise self._failure(exc) from exc
+            finally:
+                model_call(self.name, time.monotonic() - started, *tokens)
+            shown = shown or bool(text)
+            made = calls.calls() if round_number < rounds else []
+            if not made:
+                if not shown and round_number == rounds and rounds:
+                    yield OUT_OF_ROUNDS.format(rounds=rounds)
+                return
+            await self._run_round(messages, turn, text, made)

@@ -4,27 +4,67 @@ It is registered as a litellm custom provider, so the exact code path of a real 
 (litellm call, streaming wrapper, error handling); only the answer is canned. The answer
 names the agent and repeats the whole user turn it received, which lets a person and the
 tests see exactly what the agent was given (attribution, quoted context and all).
+
+It can also call tools, so tools can be tried with no key: a user turn `call <tool>
+<json-args>` (say `call fetch_url {"url": "https://example.com"}`) is answered with that call
+when the agent offers the tool, and the tool's result is then answered with what it returned.
+It cannot see, so each image it is shown is described by its type and size (`[image image/png
+12 KB]`): with no key at all, a person can check that a photo reached the agent.
 """
 
 from __future__ import annotations
 
+import base64
+import itertools
+import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+from botweave.files import human_size
 from litellm import CustomLLM
-from litellm.types.utils import GenericStreamingChunk, ModelResponse
+from litellm.types.llms.openai import ChatCompletionToolCallChunk, ChatCompletionToolCallFunctionChunk
+from litellm.types.utils import ChatCompletionMessageToolCall, Function, GenericStreamingChunk, ModelResponse
 
 PROVIDER = "offline"
 AGENT_METADATA_KEY = "botweave_agent"
 _WORDS = re.compile(r"\S+\s*|\s+")
+_CALL = re.compile(r"^\s*call\s+(\S+)\s*(.*)$", re.DOTALL)
+_call_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the echo model says: text, or one tool call (`tool` and its JSON `arguments`)."""
+
+    text: str = ""
+    tool: str | None = None
+    arguments: str = "{}"
+
+
+def describe_image(part: dict[str, Any]) -> str:
+    """`[image image/png 12 KB]` for an image content part sent as a data: URL."""
+    image = part.get("image_url")
+    url = str(image.get("url", "") if isinstance(image, dict) else image or "")
+    if not url.startswith("data:") or "," not in url:
+        return "[image]"
+    header, payload = url[len("data:") :].split(",", 1)
+    mime = header.split(";", 1)[0] or "image"
+    try:
+        size = len(base64.b64decode(payload))
+    except ValueError:
+        return f"[image {mime}]"
+    return f"[image {mime} {human_size(size)}]"
 
 
 def echo_reply(agent: str, messages: list[dict[str, Any]]) -> str:
     user_turns = [m for m in messages if m.get("role") == "user"]
     turn = user_turns[-1].get("content", "") if user_turns else ""
-    if isinstance(turn, list):  # content parts
-        turn = " ".join(str(p.get("text", "")) for p in turn if isinstance(p, dict))
+    if isinstance(turn, list):  # content parts: the words, then what each image is
+        words = [str(p.get("text", "")) for p in turn if isinstance(p, dict) and p.get("type") == "text"]
+        images = [describe_image(p) for p in turn if isinstance(p, dict) and p.get("type") == "image_url"]
+        turn = " ".join(part for part in (*words, *images) if part)
     return f"{agent} (offline echo) heard: {turn}"
 
 
@@ -33,28 +73,96 @@ def _agent_name(litellm_params: dict[str, Any] | None) -> str:
     return str(metadata.get(AGENT_METADATA_KEY) or "assistant")
 
 
+def _called_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    names = {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            names[str(call.get("id"))] = str(function.get("name"))
+    return names
+
+
+def answer(agent: str, messages: list[dict[str, Any]], optional_params: dict[str, Any] | None = None) -> Answer:
+    """The echo model's answer: what the tools returned when the conversation ends in tool
+    results, a tool call for `call <tool> <json-args>`, and otherwise the echo."""
+    params = optional_params or {}
+    trailing: list[dict[str, Any]] = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        trailing.insert(0, message)
+    if trailing:
+        names = _called_names(messages)
+        parts = [f"{names.get(str(m.get('tool_call_id')), 'a tool')} returned {m.get('content', '')}" for m in trailing]
+        return Answer(f"{agent} (offline echo): " + "; ".join(parts))
+    text = echo_reply(agent, messages)
+    user_turns = [m for m in messages if m.get("role") == "user"]
+    turn = user_turns[-1].get("content", "") if user_turns else ""
+    match = _CALL.match(turn) if isinstance(turn, str) else None
+    if match is None or params.get("tool_choice") == "none":
+        return Answer(text)
+    name, arguments = match.group(1), match.group(2).strip() or "{}"
+    offered = [t.get("function", {}).get("name") for t in params.get("tools") or []]
+    if name not in offered:
+        known = ", ".join(str(n) for n in offered) or "none (add some under the agent's `tools:`)"
+        return Answer(f"{agent} (offline echo): there is no tool named {name}; tools: {known}")
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return Answer(f"{agent} (offline echo): write the arguments as a JSON object, e.g. call {name} {{}}")
+    return Answer(tool=name, arguments=json.dumps(parsed, ensure_ascii=False))
+
+
+def _call_id() -> str:
+    return f"call_offline_{next(_call_ids)}"
+
+
+def _fill(response: ModelResponse, model: str, result: Answer) -> ModelResponse:
+    choice = response.choices[0]
+    response.model = model
+    if result.tool is None:
+        choice.message.content = result.text
+        return response
+    function = Function(name=result.tool, arguments=result.arguments)
+    call = ChatCompletionMessageToolCall(id=_call_id(), type="function", function=function)
+    choice.message.content = None
+    choice.message.tool_calls = [call]
+    choice.finish_reason = "tool_calls"
+    return response
+
+
+def _answer(messages: list[Any], kwargs: dict[str, Any]) -> Answer:
+    return answer(_agent_name(kwargs.get("litellm_params")), messages, kwargs.get("optional_params"))
+
+
 class OfflineEcho(CustomLLM):
     async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
-        text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
-        response: ModelResponse = kwargs["model_response"]
-        response.choices[0].message.content = text
-        response.model = model
-        return response
+        return _fill(kwargs["model_response"], model, _answer(messages, kwargs))
 
     def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
-        text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
-        response: ModelResponse = kwargs["model_response"]
-        response.choices[0].message.content = text
-        response.model = model
-        return response
+        return _fill(kwargs["model_response"], model, _answer(messages, kwargs))
 
     # litellm iterates what astreaming returns without awaiting it (an async generator), though
     # its base class annotates a coroutine.
     async def astreaming(  # type: ignore[override]
         self, model: str, messages: list[Any], *args: Any, **kwargs: Any
     ) -> AsyncIterator[GenericStreamingChunk]:
-        text = echo_reply(_agent_name(kwargs.get("litellm_params")), messages)
-        pieces = _WORDS.findall(text)
+        result = _answer(messages, kwargs)
+        if result.tool is not None:
+            function = ChatCompletionToolCallFunctionChunk(name=result.tool, arguments=result.arguments)
+            call = ChatCompletionToolCallChunk(id=_call_id(), type="function", function=function, index=0)
+            yield GenericStreamingChunk(
+                text="",
+                is_finished=True,
+                finish_reason="tool_calls",
+                usage=None,
+                index=0,
+                tool_use=call,
+            )
+            return
+        pieces = _WORDS.findall(result.text)
         for index, piece in enumerate(pieces):
             last = index == len(pieces) - 1
             yield GenericStreamingChunk(

@@ -8,6 +8,7 @@ open turns the rest of a chat's rendering into code.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from botweave.types import LengthUnit
 
@@ -21,13 +22,16 @@ def is_silent(text: str, allow_silence: bool, token: str | None = None) -> bool:
     return allow_silence and text.strip() == (token or DEFAULT_SILENCE_TOKEN)
 
 
-def format_footer(model: str | None, seconds: float | None) -> str:
-    """`— gpt-4o · 4.2s`; unknown parts are left out, and with nothing known there is none."""
+def format_footer(model: str | None, seconds: float | None, tools: Sequence[str] = ()) -> str:
+    """`— gpt-4o · 4.2s · tools: fetch_url`; unknown parts are left out, and with nothing
+    known there is none. Tools are named, never their arguments (those may be private)."""
     parts = []
     if model:
         parts.append(model)
     if seconds is not None and seconds >= 0:
         parts.append(f"{seconds:.1f}s")
+    if tools:
+        parts.append("tools: " + ", ".join(dict.fromkeys(tools)))
     return f"— {' · '.join(parts)}" if parts else ""
 
 

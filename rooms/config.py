@@ -2,13 +2,8 @@
 
 `rooms:` in bot.yaml is a mapping of room name to `RoomConfig`; each error names its YAML
 path (`rooms.<name>.<field>`) and the accepted form, because the person reading it is fixing
-a bot.yaml, not debugging Python.
-
-Cron expressions are standard five-field crontab lines, interpreted the way crontab(5) does,
-not the way APScheduler 3 would read them raw: APScheduler 3 numbers weekdays from Monday = 0,
-so a raw "0 9 * * 1-5" would run Tuesday to Saturday. We translate the day-of-week field to
-names first (0 and 7 are Sunday), and when both day-of-month and day-of-week are restricted
-the schedule fires when *either* matches, as cron does. `@daily`-style nicknames are accepted.
+a bot.yaml, not debugging Python. Cron expressions are read by the kernel's `cron_trigger`
+(botweave.schedule), the way crontab(5) reads them.
 """
 
 from __future__ import annotations
@@ -17,10 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
 from botweave.config import ConfigError, Section, format_errors, problem, raise_problems
+from botweave.schedule import cron_trigger
 from pydantic import (
     AfterValidator,
     AliasChoices,
@@ -35,84 +28,9 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["PLANNERS", "RoomConfig", "Rooms", "cron_trigger"]
+__all__ = ["PLANNERS", "RoomConfig", "Rooms"]
 
 PLANNERS = ("round_robin",)
-_NICKNAMES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-
-
-def _weekday(token: str) -> int:
-    """A crontab weekday token as 0..7 (both 0 and 7 are Sunday)."""
-    lowered = token.strip().lower()
-    if lowered.isdigit():
-        value = int(lowered)
-        if 0 <= value <= 7:
-            return value
-    elif lowered[:3] in _DAYS and len(lowered) == 3:
-        return _DAYS.index(lowered)
-    raise ValueError(f"bad day of week {token!r} (use 0-7 or sun..sat)")
-
-
-def _standard_day_of_week(expr: str) -> str:
-    """Translate a crontab day-of-week field into APScheduler 3's day names."""
-    if expr in ("*", "?"):
-        return "*"
-    days: set[int] = set()
-    for item in expr.split(","):
-        base, slash, step_text = item.partition("/")
-        step = 1
-        if slash:
-            if not step_text.isdigit() or int(step_text) < 1:
-                raise ValueError(f"bad step in day of week {item!r}")
-            step = int(step_text)
-        if base in ("*", "?"):
-            low, high = 0, 6
-        elif "-" in base:
-            start, _, end = base.partition("-")
-            low, high = _weekday(start), _weekday(end)
-            if low > high:
-                raise ValueError(f"day-of-week range {base!r} runs backwards")
-        else:
-            low = _weekday(base)
-            high = 7 if slash else low
-        days.update(day % 7 for day in range(low, high + 1, step))
-    if len(days) == 7:
-        return "*"
-    return ",".join(_DAYS[day] for day in sorted(days))
-
-
-def cron_trigger(expr: str, timezone: str = "UTC") -> BaseTrigger:
-    """The APScheduler trigger for a crontab line in `timezone`; ValueError when invalid."""
-    try:
-        tz = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {timezone!r}; use an IANA name such as Europe/Berlin") from None
-    text = _NICKNAMES.get(expr.strip().lower(), expr)
-    fields = text.split()
-    if len(fields) != 5:
-        raise ValueError(
-            f"got {len(fields)} fields; a cron expression has 5: "
-            "minute hour day-of-month month day-of-week, e.g. \"0 9 * * mon-fri\""
-        )
-    minute, hour, day, month, day_of_week = fields
-    weekday = _standard_day_of_week(day_of_week)
-    if day.startswith(("*", "?")) or day_of_week.startswith(("*", "?")):
-        day = "*" if day == "?" else day
-        return CronTrigger.from_crontab(f"{minute} {hour} {day} {month} {weekday}", timezone=tz)
-    # Both restricted: crontab(5) fires when either field matches.
-    return OrTrigger([
-        CronTrigger.from_crontab(f"{minute} {hour} {day} {month} *", timezone=tz),
-        CronTrigger.from_crontab(f"{minute} {hour} * {month} {weekday}", timezone=tz),
-    ])
 
 
 def _roster_example(value: Any) -> str:

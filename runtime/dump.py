@@ -13,15 +13,19 @@ from pydantic import BaseModel, SecretStr
 
 MASK = "***"
 _MASKED_FIELDS = frozenset({"owner_user_id"})
+#: Mappings whose values are secrets (an MCP server's environment and HTTP headers).
+_MASKED_MAPS = frozenset({"env", "headers"})
 
 
 def _masked(value: Any, key: str = "") -> Any:
     if isinstance(value, SecretStr):
         return MASK if value.get_secret_value() else ""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_none=True)
     if key in _MASKED_FIELDS and value:
         return MASK
-    if isinstance(value, BaseModel):
-        return {k: _masked(v, k) for k, v in value}
+    if key in _MASKED_MAPS and isinstance(value, dict):
+        return {k: MASK for k in value}
     if isinstance(value, dict):
         return {k: _masked(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -41,7 +45,10 @@ def dump_config(config: Config) -> str:
             effective = dict(section) | dict(config.bot_config_for(name))
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
-    data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
+    url = config.store.url
+    data["store"] = config.store.model_dump() | {"url": redact_url(url) if url else None}
+    if config.network.allow_hosts or config.network.deny_hosts:
+        data["network"] = _masked(config.network)
     if config.rooms:
         data["rooms"] = {name: room.model_dump(mode="json") for name, room in config.rooms.items()}
     if "push" in config.model_fields_set:

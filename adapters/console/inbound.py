@@ -1,7 +1,10 @@
 """Console input: lines from stdin as messages from the one local user, in one DM.
 
-Reading happens in a daemon thread, so the event loop never blocks on the terminal and a read
-blocked there never keeps the process alive after Ctrl-C.
+A pipe is read line by line in a daemon thread, so the event loop never blocks on it and a
+read blocked there never keeps the process alive after Ctrl-C. A terminal gets a prompt with
+line editing and history (prompt_toolkit, on the event loop): replies print above the prompt,
+and a "thinking…" cue shows beside it from the moment a line is sent until the first reply
+to it appears (the first one may wait seconds for the model library to load).
 """
 
 from __future__ import annotations
@@ -9,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import sys
 import threading
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from botweave.adapter import Adapter
 from botweave.payload import clean_text
@@ -18,6 +24,22 @@ from botweave.tasks import TaskOwner
 from botweave.types import BotChannel, BotMessage, BotUser
 
 CHAT_ID = "console"
+PROMPT = "› "
+THINKING = "thinking…"
+
+
+def is_terminal(stdin: TextIO) -> bool:
+    """Whether `stdin` is this process's own terminal (and so is stdout, where replies go)."""
+    try:
+        return stdin is sys.stdin and stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def history_path() -> Path:
+    """Where the prompt keeps its history between sessions (the XDG state directory)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "botweave" / "console_history"
 
 
 class ConsoleInbound:
@@ -28,9 +50,28 @@ class ConsoleInbound:
         self._user = BotUser("local", "local", user_name)
         self._channel = BotChannel(CHAT_ID, "dm", "console")
         self._tasks = TaskOwner("console")
+        self._session: Any = None  # the prompt_toolkit session, on a terminal
+        #: True from a line sent at the prompt until the first reply appears.
+        self.waiting = False
         self.finished = asyncio.Event()  # set at end of input
+        self._last_id = 0
+
+    def has_read(self, message_id: str) -> bool:
+        """Whether `message_id` is a line the person typed (ids count up from 1)."""
+        return message_id.isdigit() and 1 <= int(message_id) <= self._last_id
+
+    def _next_id(self) -> int:
+        self._last_id = next(self._ids)
+        return self._last_id
+
+    @property
+    def interactive(self) -> bool:
+        return is_terminal(self._in)
 
     def start(self) -> None:
+        if self.interactive:
+            self._tasks.spawn(self._prompt_lines(), name="prompt")
+            return
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         threading.Thread(target=self._read_blocking, args=(loop, lines), daemon=True).start()
@@ -39,6 +80,13 @@ class ConsoleInbound:
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+
+    def replied(self) -> None:
+        """Something was printed for the person: the cue goes."""
+        if self.waiting:
+            self.waiting = False
+            if self._session is not None:
+                self._session.app.invalidate()
 
     def _read_blocking(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
         try:
@@ -57,9 +105,39 @@ class ConsoleInbound:
         finally:
             self.finished.set()
 
+    async def _prompt_lines(self) -> None:
+        """The terminal's prompt. Ctrl-D or Ctrl-C at the prompt ends the chat the way end of
+        input ends a pipe: what was asked is answered, then the bot stops."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        history: History
+        try:
+            path = history_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(path))
+        except OSError:
+            history = InMemoryHistory()
+        session: PromptSession[str] = PromptSession(history=history)
+        self._session = session
+        try:
+            with patch_stdout(raw=True):
+                while True:
+                    try:
+                        line = await session.prompt_async(PROMPT, rprompt=lambda: THINKING if self.waiting else "")
+                    except (EOFError, KeyboardInterrupt):
+                        break
+                    if line.strip():
+                        self.waiting = True
+                        await self._adapter.dispatch(self.message(line))
+        finally:
+            self._session = None
+            self.finished.set()
+
     def message(self, text: str) -> BotMessage:
         return BotMessage(
-            message_id=str(next(self._ids)),
+            message_id=str(self._next_id()),
             content=clean_text(text),  # bytes a terminal could not decode arrive as lone surrogates
             sender=self._user,
             channel=self._channel,

@@ -7,6 +7,9 @@ long-polls `getUpdates` with offsets like Telegram, pushes updates to a webhook 
 records every call, and can be told to fail: 429 with `retry_after`, 400s with Telegram's own
 descriptions, 409 conflicts, or "delivered but the connection dropped".
 
+Forum topics: `topic` scripts one a person opened; `createForumTopic` opens one for the bot
+(forum supergroups only, as on Telegram).
+
 Files work like Telegram's: inbound photos, documents, voice, audio and video carry file ids
 whose bytes the emulator keeps; `getFile` hands out a `file_path` served under
 `/file/bot<token>/<file_path>`. A file can declare a size other than what is served, so size
@@ -60,7 +63,7 @@ MAX_BODY = 128 * 1024 * 1024
 _STRING_PARAMS = {
     "text", "url", "secret_token", "action", "file_id", "callback_query_id", "caption", "emoji",
     "photo", "document", "voice", "audio", "video", "animation", "video_note", "sticker", "thumbnail",
-    "parse_mode", "title", "performer", "inline_message_id",
+    "parse_mode", "title", "performer", "inline_message_id", "name",
 }
 #: Upload methods and the parameter (and message field) each one carries its file in.
 MEDIA_METHODS = {
@@ -1327,6 +1330,28 @@ class TelegramEmulator:
                 raise ApiError(400, "Bad Request: REACTION_INVALID")
         self.reactions[(chat.id, message["message_id"])] = reaction
         return True
+
+    async def _api_createForumTopic(self, params: dict[str, Any]) -> Any:
+        """A topic in a forum supergroup; its id is that of the service message announcing it."""
+        chat = self._chat(params["chat_id"])
+        if not chat.data.get("is_forum"):
+            raise ApiError(400, "Bad Request: the chat is not a forum")
+        name = str(params.get("name") or "")
+        if not 1 <= len(name) <= 128:
+            raise ApiError(400, "Bad Request: TOPIC_TITLE_EMPTY" if not name else "Bad Request: TOPIC_TITLE_TOO_LONG")
+        color = int(params.get("icon_color") or 7322096)
+        message_id = self.next_message_id(chat.id)
+        self.messages[(chat.id, message_id)] = {
+            "message_id": message_id,
+            "message_thread_id": message_id,
+            "date": int(time.time()),
+            "chat": chat.data,
+            "from": self.bot,
+            "forum_topic_created": {"name": name, "icon_color": color},
+            "is_topic_message": True,
+        }
+        chat.topics.add(message_id)
+        return {"message_thread_id": message_id, "name": name, "icon_color": color}
 
     async def _api_sendChatAction(self, params: dict[str, Any]) -> Any:
         self._chat(params["chat_id"])

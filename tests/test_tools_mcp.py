@@ -1,0 +1,124 @@
+"""MCP servers the tests start themselves (tests/mcp_server.py, on the official SDK): one as a
+child process over stdio, one over streamable HTTP on 127.0.0.1. The bot connects to them at
+start, offers their tools as SERVER__TOOL, calls them in the tool loop, and stops them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botweave import App, ConfigError
+
+from tests.emulators.openai import OpenAIEmulator, tool_call
+from tests.mcp_server import free_port, serve_http
+from tests.support import RecordingAdapter, StartApp, message
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+
+
+@pytest.fixture
+async def llm():
+    emulator = OpenAIEmulator()
+    await emulator.start()
+    yield emulator
+    await emulator.stop()
+
+
+def config(llm: OpenAIEmulator, servers: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "bot": {"unknown_user_policy": "allow"},
+        "agents": {
+            "remote": {
+                "model": "openai/gpt-emulated",
+                "api_base": llm.base_url,
+                "api_key": "sk-loopback",
+                "tools": [{"mcp": {name: server}} for name, server in servers.items()],
+            }
+        },
+        "platforms": {"console": {"enabled": False}},
+        **extra,
+    }
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_stdio_and_http_servers_run_with_the_bot_and_their_tools_are_called(llm, start_app: StartApp, tmp_path):
+    pid_file = tmp_path / "pid"
+    async with serve_http("notes") as url:
+        app: App = await start_app(
+            config(
+                llm,
+                {
+                    "files": {"command": [sys.executable, SERVER, "files"], "env": {"MCP_PID_FILE": str(pid_file)}},
+                    "notes": {"url": url},
+                },
+                network={"allow_hosts": ["127.0.0.1"]},
+            )
+        )
+        adapter = RecordingAdapter()
+        app.add_adapter(adapter)
+        agent = app.agents["remote"]
+        assert sorted(agent.tools) == [
+            "files__add", "files__broken", "files__remember", "notes__add", "notes__broken", "notes__remember",
+        ]
+        pid = int(pid_file.read_text())
+        assert alive(pid)
+
+        llm.queue_tool_calls(
+            tool_call("files__add", {"a": 2, "b": 3}),
+            tool_call("notes__remember", {"text": "buy milk"}),
+            tool_call("notes__broken"),
+        )
+        llm.queue_text("Done.")
+        outcome = await app.handle(message("use the servers"))
+        assert outcome.status == "replied" and adapter.texts() == ["Done."]
+        assert set(llm.tools_offered(0)) == set(agent.tools)
+        declared = {t["function"]["name"]: t["function"] for t in llm.requests[0]["tools"]}
+        assert declared["files__add"]["description"] == "Add two whole numbers."
+        assert declared["files__add"]["parameters"]["required"] == ["a", "b"]
+        added, remembered, broken = (llm.tool_output(c.id) for c in llm.issued_calls)
+        assert added == {"result": 5}
+        assert remembered == {"result": "noted (1 notes)"}
+        assert broken == {"error": "Error executing tool broken"}
+        llm.assert_tool_protocol()
+
+        await app.stop()
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid), "the stdio server stops with the bot"
+
+
+async def test_an_mcp_url_outside_the_network_policy_is_refused_by_name(llm):
+    with pytest.raises(ConfigError) as caught:
+        App.from_config(config(llm, {"notes": {"url": "http://127.0.0.1:9/mcp"}}))
+    assert "agents.remote.tools.0.mcp.notes.url: host 127.0.0.1 is a local or private address" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        App.from_config(config(llm, {"notes": {"url": "https://mcp.example.com/mcp"}}, network={"deny_hosts": ["*.example.com"]}))
+    assert "host mcp.example.com is denied by the network policy (*.example.com)" in str(caught.value)
+
+
+async def test_a_server_that_cannot_be_reached_leaves_the_bot_running_without_its_tools(llm, start_app, caplog):
+    caplog.set_level(logging.ERROR)
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    app = await start_app(config(llm, {"gone": {"url": url, "startup_timeout_seconds": 5}}, network={"allow_hosts": ["127.0.0.1"]}))
+    assert app.agents["remote"].tools == {}
+    assert "MCP server gone did not start" in caplog.text
+
+
+def test_tool_names_are_made_acceptable_to_providers():
+    from botweave.tools.mcp import tool_name
+
+    assert tool_name("files", "read.file") == "files__read_file"
+    assert len(tool_name("files", "x" * 100)) == 64

@@ -1,0 +1,103 @@
+"""`fetch_url`: read a web page, as text, within the network egress policy.
+
+Every hop is checked before it is made: the URL the model gave, and each redirect's target,
+since a permitted host can redirect anywhere. Redirects are therefore followed here, one at a
+time, never by the HTTP client. The page is read up to a size cap and HTML becomes readable
+text (tools/text.py), so the model gets words, not markup. Proxies from the environment are
+not used: the policy is about where connections go, and a proxy would hide that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from botweave.tooling import Egress, ToolContext, ToolError, ToolRefused
+from botweave.tools.text import html_to_text
+
+MAX_REDIRECTS = 5
+MAX_BYTES = 2 * 1024 * 1024
+MAX_CHARS = 20_000
+USER_AGENT = "botweave-fetch/1"
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/ld+json")
+
+
+def _host(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or url
+    except ValueError:
+        return url
+
+
+class FetchUrl:
+    """The `fetch_url` tool of one agent, bound to that agent's egress policy."""
+
+    name = "fetch_url"
+    description = (
+        "Fetch a web page (http or https) and return its readable text. Hosts outside the network "
+        "policy are refused."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"url": {"type": "string", "description": "The absolute http(s) URL to fetch."}},
+        "required": ["url"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, egress: Egress, *, timeout_seconds: float | None = None, max_chars: int = MAX_CHARS) -> None:
+        self.egress = egress
+        self.timeout_seconds = timeout_seconds
+        self.max_chars = max_chars
+
+    def _check(self, url: str) -> None:
+        reason = self.egress.refusal(url)
+        if reason is not None:
+            raise ToolRefused(f"fetch_url: {_host(url)} refused: {reason}")
+
+    async def call(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        url = arguments.get("url")
+        if not isinstance(url, str) or not url.strip():
+            raise ToolError("fetch_url needs a `url`")
+        return await self.fetch(url.strip())
+
+    async def fetch(self, url: str) -> str:
+        headers = {"User-Agent": USER_AGENT, "Accept": "text/html, text/plain;q=0.9, */*;q=0.5"}
+        async with aiohttp.ClientSession(headers=headers, trust_env=False) as session:
+            for _ in range(MAX_REDIRECTS + 1):
+                self._check(url)
+                try:
+                    async with session.get(url, allow_redirects=False) as response:
+                        location = response.headers.get("Location")
+                        if response.status in (301, 302, 303, 307, 308) and location:
+                            url = urljoin(url, location)
+                            continue
+                        if response.status >= 400:
+                            reason = f"HTTP {response.status} {response.reason or ''}".strip()
+                            raise ToolError(f"fetch_url: {url} answered {reason}")
+                        return await self._read(response, url)
+                except aiohttp.ClientError as exc:
+                    raise ToolError(f"fetch_url: {_host(url)} could not be read: {type(exc).__name__}: {exc}") from None
+        raise ToolError(f"fetch_url: more than {MAX_REDIRECTS} redirects")
+
+    async def _read(self, response: aiohttp.ClientResponse, url: str) -> str:
+        # aiohttp reports application/octet-stream when there is no header; sniff instead.
+        kind = response.content_type if "Content-Type" in response.headers else ""
+        if kind and not kind.startswith(_TEXT_TYPES):
+            raise ToolError(f"fetch_url: {url} is {kind}, not text")
+        body = await response.content.read(MAX_BYTES + 1)
+        cut = len(body) > MAX_BYTES
+        charset = response.charset or "utf-8"
+        try:
+            raw = body[:MAX_BYTES].decode(charset, errors="replace")
+        except LookupError:
+            raw = body[:MAX_BYTES].decode("utf-8", errors="replace")
+        if "html" in kind or (not kind and raw.lstrip()[:1] == "<"):
+            title, text = html_to_text(raw)
+            if title:
+                text = f"# {title}\n\n{text}"
+        else:
+            text = raw.strip()
+        if len(text) > self.max_chars:
+            text, cut = text[: self.max_chars], True
+        return text + ("\n[… the page goes on]" if cut else "")

@@ -1,0 +1,110 @@
+"""Each agent's tools, built from its `tools:` entries: built-ins by name, Python functions and
+MCP servers. The runtime hands in what the built-ins act through (delivery, targets) and each
+agent's egress policy; this package never learns where those come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from botweave.config import AgentConfig, McpServerConfig, MediaConfig, ToolEntry
+from botweave.delivery import Delivery
+from botweave.targets import Targets
+from botweave.tooling import Egress, Tool
+from botweave.tools.fetch import FetchUrl
+from botweave.tools.mcp import McpServers
+from botweave.tools.messages import MESSAGE_TOOLS, MessageTools
+from botweave.tools.python import function_tool, load_python_tools
+
+BUILTINS = (*MESSAGE_TOOLS, "fetch_url")
+#: Built-ins that act on messages already posted, which needs the ledger of the bot's own.
+NEEDS_LEDGER = frozenset({"edit_message", "delete_message"})
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """What the built-ins act through: delivery and targets, and each agent's media settings
+    (what `send_file` may post)."""
+
+    delivery: Delivery
+    targets: Targets
+    media_for: Callable[[str], MediaConfig]
+
+
+def mcp_servers(agents: Mapping[str, AgentConfig]) -> dict[str, McpServerConfig]:
+    """Every MCP server the agents name, once each (the configuration checked that a name
+    means the same server wherever it appears)."""
+    found: dict[str, McpServerConfig] = {}
+    for config in agents.values():
+        for entry in config.tools:
+            if entry.kind == "mcp":
+                name, server = entry.server
+                found.setdefault(name, server)
+    return found
+
+
+class Toolsets:
+    """Builds and holds the tools of every agent, and the MCP connections they share."""
+
+    def __init__(
+        self, agents: Mapping[str, AgentConfig], services: ToolServices, egress_for: Callable[[str], Egress]
+    ) -> None:
+        self._agents = agents
+        self._egress_for = egress_for
+        self.messages = MessageTools(
+            services.delivery, services.targets, media_for=services.media_for, egress_for=egress_for
+        )
+        self.mcp = McpServers(mcp_servers(agents))
+
+    @property
+    def needs_ledger(self) -> bool:
+        return any(
+            entry.kind == "builtin" and entry.name in NEEDS_LEDGER
+            for config in self._agents.values()
+            for entry in config.tools
+        )
+
+    def _builtin(self, agent: str, entry: ToolEntry) -> Tool:
+        name = entry.name or ""
+        if name == "fetch_url":
+            return FetchUrl(self._egress_for(agent), timeout_seconds=entry.timeout_seconds)
+        if name in MESSAGE_TOOLS:
+            return function_tool(getattr(self.messages, name), timeout_seconds=entry.timeout_seconds)
+        raise ValueError(f"unknown built-in tool {name!r}; built-ins: {', '.join(BUILTINS)}")
+
+    def local_tools(self, agent: str) -> dict[str, Tool]:
+        """The built-ins and Python tools of `agent` (MCP tools come once servers are up).
+        ValueError names the entry (`agents.NAME.tools.N`) and what is wrong with it."""
+        tools: dict[str, Tool] = {}
+        for index, entry in enumerate(self._agents[agent].tools):
+            where = f"agents.{agent}.tools.{index}"
+            try:
+                if entry.kind == "builtin":
+                    made = [self._builtin(agent, entry)]
+                elif entry.kind == "python":
+                    made = list(load_python_tools(entry.python or "", timeout_seconds=entry.timeout_seconds))
+                else:
+                    continue
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            for tool in made:
+                if tool.name in tools:
+                    raise ValueError(f"{where}: a second tool named {tool.name!r}")
+                tools[tool.name] = tool
+        return tools
+
+    def server_tools(self, agent: str) -> dict[str, Tool]:
+        """The tools of the MCP servers `agent` lists, as far as they are connected."""
+        tools: dict[str, Tool] = {}
+        for entry in self._agents[agent].tools:
+            if entry.kind == "mcp":
+                name, _ = entry.server
+                tools.update(self.mcp.tools(name, entry.timeout_seconds))
+        return tools
+
+    async def start(self) -> None:
+        await self.mcp.start()
+
+    async def stop(self) -> None:
+        await self.mcp.stop()
