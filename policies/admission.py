@@ -27,6 +27,7 @@ from typing import Literal
 
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.store import Store
+from botweave.tasks import spawn
 from botweave.types import META_SCOPE
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ class Admission:
             yield False
             return
         self._take(scope)
-        renewal = asyncio.create_task(self._renew(store, scope, holder))
+        renewal = spawn(self._renew(store, scope, holder), name=f"renew admission slot {scope}")
         try:
             yield True
         finally:

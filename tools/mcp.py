@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from botweave.config import McpServerConfig
+from botweave.tasks import spawn
 from botweave.tooling import ToolContext, ToolError
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,11 @@ class McpServer:
     async def start(self) -> None:
         """Connect and list the tools; on failure, log it and leave the server without tools."""
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # A failure may land after the wait below gave up (a timeout): read it here, or asyncio
+        # would report the unread exception when the future is collected.
+        ready.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         self._stop.clear()
-        self._task = asyncio.create_task(self._hold(ready), name=f"mcp-{self.name}")
+        self._task = spawn(self._hold(ready), name=f"mcp {self.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.config.startup_timeout_seconds)
         except asyncio.TimeoutError:
