@@ -1,6 +1,7 @@
 """The `botweave` command as a user runs it: a subprocess, talking through a pipe."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -40,10 +41,11 @@ def test_chat_shows_tools_working_with_no_key():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "(reacted 👍 to 1)"
-    assert lines[1] == (
-        'assistant (offline echo): react returned {"status": "ok", "target": "console:console", '
-        '"message_ids": ["1"], "detail": ""}'
-    )
+    assert re.fullmatch(
+        r'assistant \(offline echo\): react returned \{"status": "ok", "target": "console:console", '
+        r'"message_ids": \["[0-9a-f]{6}-1"\], "detail": ""\}',
+        lines[1],
+    ), lines[1]
     assert lines[2] == "an extra message"
     assert lines[3].startswith('assistant (offline echo): send_message returned {"status": "ok"')
 

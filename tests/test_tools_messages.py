@@ -226,7 +226,7 @@ async def test_console(llm) -> None:
     out = io.StringIO()
     console = ConsoleAdapter(stdin=io.StringIO("please organise this\n"), stdout=out)
     app.add_adapter(console)
-    script.person_message = "1"  # the first line typed
+    script.person_message = console.inbound.id_of(1)  # the first line typed
     await app.start(platforms=[])
     await asyncio.wait_for(console.finished.wait(), 10)
     await app.drain()

@@ -19,6 +19,7 @@ from .outbound import ConsoleOutbound
 
 class ConsoleAdapter(Adapter):
     platform = "console"
+    local = True
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
         max_message_length=None, can_react=True, threads=True, markdown="none"
     )
@@ -35,7 +36,7 @@ class ConsoleAdapter(Adapter):
     async def start(self, *, inbound: bool = True) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
         self.outbound = ConsoleOutbound(
-            self._stdout, typed=self.inbound.has_read, save_dir=self.config.save_dir, shown=self.inbound.replied
+            self._stdout, typed=self.inbound.line_of, save_dir=self.config.save_dir, shown=self.inbound.replied
         )
         if inbound:
             self.inbound.start()

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import secrets
 import sys
 import threading
 from pathlib import Path
@@ -55,14 +56,29 @@ class ConsoleInbound:
         self.waiting = False
         self.finished = asyncio.Event()  # set at end of input
         self._last_id = 0
+        # The store outlives a run (a SQLite file, Redis), and it keys dedup marks, committed
+        # turns and confirmed sends by message id: a line numbered 1 again next run must not
+        # be taken for this run's line 1 (dropped as a repeat, or "answered" already).
+        self._run = secrets.token_hex(3)
+
+    def id_of(self, line: int) -> str:
+        """The message id of the `line`-th line typed in this run."""
+        return f"{self._run}-{line}"
+
+    def line_of(self, message_id: str) -> int | None:
+        """Which line of this run `message_id` is (counting from 1), or None if it is not one."""
+        run, _, line = message_id.rpartition("-")
+        if run == self._run and line.isdigit() and 1 <= int(line) <= self._last_id:
+            return int(line)
+        return None
 
     def has_read(self, message_id: str) -> bool:
-        """Whether `message_id` is a line the person typed (ids count up from 1)."""
-        return message_id.isdigit() and 1 <= int(message_id) <= self._last_id
+        """Whether `message_id` is a line the person typed."""
+        return self.line_of(message_id) is not None
 
-    def _next_id(self) -> int:
+    def _next_id(self) -> str:
         self._last_id = next(self._ids)
-        return self._last_id
+        return self.id_of(self._last_id)
 
     @property
     def interactive(self) -> bool:
@@ -137,7 +153,7 @@ class ConsoleInbound:
 
     def message(self, text: str) -> BotMessage:
         return BotMessage(
-            message_id=str(self._next_id()),
+            message_id=self._next_id(),
             content=clean_text(text),  # bytes a terminal could not decode arrive as lone surrogates
             sender=self._user,
             channel=self._channel,

@@ -26,12 +26,12 @@ class ConsoleOutbound(Outbound):
         self,
         stdout: TextIO | None = None,
         *,
-        typed: Callable[[str], bool] = lambda message_id: False,
+        typed: Callable[[str], int | None] = lambda message_id: None,
         save_dir: str | None = None,
         shown: Callable[[], None] | None = None,
     ) -> None:
         self._stdout = stdout
-        self._typed = typed  # whether an id is a line the person typed (reactions may go there)
+        self._typed = typed  # which line the person typed an id is, if any (reactions may go there)
         self._save_dir = save_dir
         self._shown = shown  # told whenever something is printed
         self._ids = itertools.count(1)
@@ -110,10 +110,11 @@ class ConsoleOutbound(Outbound):
 
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         """A terminal cannot decorate an earlier line, so a reaction is a line of its own."""
-        if message_id not in self.messages and not self._typed(message_id):
+        line = self._typed(message_id)
+        if message_id not in self.messages and line is None:
             raise ActionError("failed", "message to react to not found")
         self.end_line()
-        self._write(f"(reacted {emoji} to {message_id})\n")
+        self._write(f"(reacted {emoji} to {message_id if line is None else line})\n")
 
     async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
         """A labelled line; later posts into the thread carry its id in front."""
