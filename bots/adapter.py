@@ -218,6 +218,11 @@ class Adapter(ABC):
     typing_interval_s: ClassVar[float] = 4.0
     #: What the platform offers to settle a send of unknown outcome (see `Idempotency`).
     idempotency: ClassVar[Idempotency] = "none"
+    #: A platform whose input belongs to this process (the console reads its own terminal):
+    #: with a shared store it is still received and answered here, never handed to the shared
+    #: stream (another worker would print the answer on its own terminal) nor held by a
+    #: leader lock (another process's console would keep this one from reading at all).
+    local: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         self.config = config

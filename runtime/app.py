@@ -73,9 +73,11 @@ log = logging.getLogger(__name__)
 Role = Literal["all", "worker", "ingress"]
 
 #: Set while `handle` runs an item that came from a durable record (the journal, which
-#: already holds the conversation's place, or the stream). Handing it over this way keeps
-#: `App.handle(item)` the one call every item goes through, for whoever wraps it.
-_RECORDED: ContextVar[Literal["journal", "stream", None]] = ContextVar("botweave_recorded", default=None)
+#: already holds the conversation's place, or the stream), or from a local platform beside
+#: the stream ("here": its place is held too, and nothing redelivers a terminal's line).
+#: Handing it over this way keeps `App.handle(item)` the one call every item goes through,
+#: for whoever wraps it.
+_RECORDED: ContextVar[Literal["journal", "stream", "here", None]] = ContextVar("botweave_recorded", default=None)
 
 DIGEST_FLUSH_SECONDS = 30.0
 #: Pauses between the tries to start a platform: three tries over about ten seconds.
@@ -274,7 +276,8 @@ class App:
                 self._spawn(self._journaled(item, self._settled(entry)))
         for name in list(self.adapters):
             self._explain_access(name)
-            failure = await self._start_platform(name, sections.get(name), inbound=inbound)
+            here = inbound or (receive and self.role == "all" and self.adapters[name].local)
+            failure = await self._start_platform(name, sections.get(name), inbound=here)
             if failure is not None:
                 self.failed_platforms[name] = failure
                 self.adapters.pop(name)
@@ -288,8 +291,8 @@ class App:
                     self.stream.run(self._from_stream, self._stopping, lambda: self._drain_seconds), name="inbound stream"
                 )
             if self.role in ("all", "ingress"):
-                for name in self.adapters:
-                    if name in sections:
+                for name, adapter in self.adapters.items():
+                    if name in sections and not adapter.local:
                         leader = PlatformLeader(
                             name,
                             partial(self._inbound_adapter, name, sections[name]),
@@ -515,6 +518,9 @@ class App:
         """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
         returns, and its turn runs in the background. A failure to record raises, so the
         adapter does not acknowledge what could still be lost."""
+        if self.stream is not None and self._local(item):
+            self._spawn(self._here(item))
+            return
         if self.stream is not None:
             if isinstance(item, PlatformEvent):
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
@@ -540,6 +546,23 @@ class App:
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         self._tasks.spawn(work, name="handle an inbound item")
+
+    def _local(self, item: BotMessage | PlatformEvent) -> bool:
+        adapter = self.adapters.get(item.platform)
+        return adapter is not None and adapter.local
+
+    async def _here(self, item: BotMessage | PlatformEvent) -> None:
+        """A local platform's item beside the shared stream: answered in this process, one
+        turn at a time per conversation, in the order the items arrived."""
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(item, BotMessage):
+                # the conversation's place is taken before the first await: arrival order
+                await stack.enter_async_context(self._locks.hold(conversation_key(item)))
+            token = _RECORDED.set("here")
+            try:
+                await self.handle(item)
+            finally:
+                _RECORDED.reset(token)
 
     @staticmethod
     def _settled(entry: str) -> asyncio.Future[str | None]:
@@ -588,8 +611,8 @@ class App:
             return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
-        if recorded == "journal":  # the journal took the conversation's lock on arrival
-            return await self._run_pipeline(item, durable=True)
+        if recorded in ("journal", "here"):  # the conversation's lock was taken on arrival
+            return await self._run_pipeline(item, durable=recorded == "journal")
         async with self._locks.hold(conversation_key(item)):
             return await self._run_pipeline(item, durable=deduplicated)
 
