@@ -8,6 +8,8 @@ runs right after the author screen, so nothing past it sees a stranger's message
 from __future__ import annotations
 
 import logging
+import shlex
+from pathlib import Path
 
 from botweave.config import BotConfig
 from botweave.delivery import Delivery, Destination
@@ -26,14 +28,38 @@ PAIR_HELP = "let a waiting user in, or turn them away (the owner, in a direct me
 TRY_LATER = "I can't take new pairing requests right now. Please try again later."
 
 
-def pairing_hint(platform: str) -> str:
-    return f"botweave pair approve {platform} <code>"
+#: Where a pairing request stands when the command line cannot reach the store and no owner is known.
+NOBODY_CAN_APPROVE = (
+    "nobody can approve it: state is kept in memory, which `botweave pair` cannot reach, and no owner "
+    "is set; set owner_user_id (then /pair approve <code> in a direct message), or keep state on disk "
+    "(leave out --ephemeral and store.url: memory://)"
+)
 
 
 class AccessControl:
-    def __init__(self, store: Store, delivery: Delivery) -> None:
+    """`cli_config` is the configuration file through which `botweave pair` reaches this
+    bot's store from another process, or None when it cannot (state in this process's memory,
+    or a store the program handed over): then no message points at that command."""
+
+    def __init__(self, store: Store, delivery: Delivery, *, cli_config: Path | None = None) -> None:
         self.pairing = Pairing(store)
         self._delivery = delivery
+        self.cli_config = cli_config
+
+    def cli_command(self, platform: str, code: str = "<code>") -> str | None:
+        """The `botweave pair approve` line that works from any shell here, or None."""
+        if self.cli_config is None:
+            return None
+        return f"botweave pair approve {platform} {code} --config {shlex.quote(str(self.cli_config))}"
+
+    def approval_hint(self, platform: str, owner: str | None) -> str:
+        """How an operator lets a waiting stranger in, naming only ways that can work."""
+        command = self.cli_command(platform)
+        if command is not None:
+            return f"approve with `{command}`" + (" or /pair approve <code> from the owner" if owner else "")
+        if owner:
+            return "the owner approves with /pair approve <code> in a direct message to the bot"
+        return NOBODY_CAN_APPROVE
 
     async def owner(self, platform: str, config: BotConfig) -> str | None:
         return config.owner_user_id or await self.pairing.owner(platform)
@@ -85,15 +111,16 @@ class AccessControl:
         )
         owner = await self.owner(msg.platform, inbound.config)
         if owner:
+            command = self.cli_command(msg.platform, code)
             await self._delivery.post_direct(
                 inbound.adapter,
                 owner,
                 f"Pairing request on {msg.platform} from {msg.sender.name} (id {msg.sender.user_id}). "
-                f"Approve with /pair approve {code} here, or `{pairing_hint(msg.platform)}`.",
+                f"Approve with /pair approve {code} here" + (f", or `{command}`." if command else "."),
             )
         log.warning(
-            "%s: %s (id %s) asked to pair; approve with `%s`",
-            msg.platform, msg.sender.name, msg.sender.user_id, pairing_hint(msg.platform),
+            "%s: %s (id %s) asked to pair; %s",
+            msg.platform, msg.sender.name, msg.sender.user_id, self.approval_hint(msg.platform, owner),
         )
         return TurnOutcome(TurnStatus.PAIRING_OFFERED, delivered)
 

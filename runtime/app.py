@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 from botweave.adapter import Adapter, PlatformRejected
@@ -37,7 +38,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
-from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
+from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.authors import AuthorScreen
 from botweave.policies.egress import EgressPolicy
@@ -59,7 +60,7 @@ from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
-from botweave.store import Patience, PatientStore, Store, StoreUnavailable, open_store
+from botweave.store import MemoryStore, Patience, PatientStore, Store, StoreUnavailable, open_store
 from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
@@ -161,7 +162,7 @@ class App:
                 agent.tools.update(self.tools.local_tools(name))
         except ValueError as exc:
             raise ConfigError([str(exc)]) from None
-        self.access = AccessControl(self.store, self.delivery)
+        self.access = AccessControl(self.store, self.delivery, cli_config=self._pairing_cli_config(given=store is not None))
         self.push = config.push
         self.preferences = PreferenceStore.from_config(self.store, self.push)
         self.notifier = Notifier(
@@ -362,14 +363,23 @@ class App:
         adapter.bind(self.submit)
         return adapter
 
+    def _pairing_cli_config(self, *, given: bool) -> Path | None:
+        """The file `botweave pair --config` must read to open this process's store: the
+        configuration file, when the store is the one it names (or the SQLite file the CLI
+        derives from it) and lives outside this process. None otherwise."""
+        source = self.config.source
+        if given or source is None or isinstance(backend(self.store), MemoryStore):
+            return None
+        return source.resolve()
+
     def _explain_access(self, platform: str) -> None:
-        policy = self._platform_configs[platform].unknown_user_policy
-        if policy == "pair":
+        config = self._platform_configs[platform]
+        if config.unknown_user_policy == "pair":
             log.warning(
-                "%s: unknown users get a pairing code; let them in with `%s` or list them in allowed_users",
-                platform, pairing_hint(platform),
+                "%s: unknown users get a pairing code; %s, or list them in allowed_users",
+                platform, self.access.approval_hint(platform, config.owner_user_id),
             )
-        elif policy == "deny":
+        elif config.unknown_user_policy == "deny":
             log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
 
     async def stop(self, timeout: float = 5.0) -> None:
