@@ -2,6 +2,7 @@
 alike (the `store` fixture is parametrized over the three)."""
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -179,13 +180,54 @@ async def test_capped_set_claims_a_place_once_and_never_past_the_cap(store):
     assert sorted(await store.keys("cap:")) == ["cap:b", "cap:c"]
 
 
-async def test_capped_set_holds_when_fifty_callers_race(store):
-    """The check and the write are one step: fifty concurrent claims, exactly `cap` win."""
+@pytest.mark.parametrize("patient", [False, True], ids=["bare", "patient"])
+async def test_capped_set_holds_when_fifty_callers_race(store, patient):
+    """The check and the write are one step: fifty concurrent claims, exactly `cap` win,
+    on every backend and through the patient wrapper the app puts around it."""
+    used = PatientStore(store, grace=5) if patient else store
     outcomes = await asyncio.gather(
-        *(store.set_if_absent_capped(f"race:{n}", "1", prefix="race:", cap=3, ttl=60) for n in range(50))
+        *(used.set_if_absent_capped(f"race:{n}", "1", prefix="race:", cap=3, ttl=60) for n in range(50))
     )
     assert sorted(outcomes).count("set") == 3 and outcomes.count("full") == 47
-    assert len(await store.keys("race:")) == 3
+    assert len(await used.keys("race:")) == 3
+    assert await used.set_if_absent_capped("race:0", "2", prefix="race:", cap=3) in ("exists", "full")
+
+
+_RACER = """
+import asyncio, json, sys
+from botweave.store import open_store
+
+async def main(url, prefix, worker):
+    store = open_store(url, prefix)
+    await store.connect()
+    sys.stdin.readline()  # every racer is connected: go
+    outcomes = await asyncio.gather(*(
+        store.set_if_absent_capped(f"race:{worker}:{n}", "1", prefix="race:", cap=3, ttl=60) for n in range(10)
+    ))
+    await store.close()
+    print(json.dumps(outcomes))
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_capped_set_holds_when_five_processes_race(backend, tmp_path, request):
+    """Five processes sharing one store claim ten places each at once: three in all win."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}" if backend == "sqlite" else request.getfixturevalue("redis_url")
+    prefix = f"race-{tmp_path.name}:"
+    racers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _RACER, url, prefix, str(worker),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        for worker in range(5)
+    ]
+    await asyncio.sleep(1.0)  # let every racer connect before the start signal
+    answers = await asyncio.gather(*(racer.communicate(b"go\n") for racer in racers))
+    outcomes = [outcome for out, _ in answers for outcome in json.loads(out)]
+    assert all(racer.returncode == 0 for racer in racers)
+    assert len(outcomes) == 50 and outcomes.count("set") == 3 and outcomes.count("full") == 47
 
 
 async def test_capped_set_places_free_up_when_keys_expire():

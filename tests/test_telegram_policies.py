@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from botweave import App
 from botweave.pipeline import TurnOutcome
@@ -117,20 +118,36 @@ async def test_stranger_gets_a_code_the_owner_approves_from_the_cli_and_the_next
     assert emu.sent_texts(ANN["id"]) == [offer, HEARD + "may I come in now?"]
 
 
-async def test_fifty_strangers_at_once_on_redis_get_three_codes_and_one_try_later_each(
-    start_app, telegram_emulator, redis_url
+async def all_handled(app: App, emu: TelegramEmulator, entries: int, timeout: float = 30.0) -> None:
+    """Every update pushed so far was received and its turn finished: through the shared
+    stream with Redis, through this process's journal with SQLite."""
+    if app.stream is not None:
+        await stream_settled(app, entries=entries, timeout=timeout)
+        return
+    await wait_until(lambda: not emu.pending, timeout=timeout, what="every update to be received")
+    await asyncio.wait_for(app.drain(), timeout)
+    assert app.journal is not None and await app.journal.pending() == []
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+async def test_fifty_strangers_at_once_get_three_codes_and_one_try_later_each(
+    start_app, telegram_emulator, backend, tmp_path, request
 ):
-    """The cap of three pending codes is one atomic step in the shared store: fifty strangers
-    writing at once (their turns run concurrently on the stream's workers) get three codes,
-    the owner three notices, and everyone else one plain "try again later", once."""
+    """The cap of three pending codes is one atomic step in the store: fifty strangers
+    writing at once (their turns run concurrently, on the stream's workers with Redis, in
+    this process with the embedded SQLite store) get three codes, the owner three notices,
+    and everyone else one plain "try again later", once."""
     emu = telegram_emulator
     config = config_for(emu, unknown_user_policy="pair", owner_user_id="1000", requests_per_second=1000)
-    config["store"] = {"url": redis_url, "prefix": f"tg-fifty-{uuid.uuid4().hex[:8]}:"}
+    if backend == "redis":
+        config["store"] = {"url": request.getfixturevalue("redis_url"), "prefix": f"tg-fifty-{uuid.uuid4().hex[:8]}:"}
+    else:
+        config["store"] = {"url": f"sqlite:///{tmp_path / 'state.db'}"}
     app = await start_app(config)
     strangers = [TelegramEmulator.user(2000 + n, f"Stranger{n}", f"stranger{n}") for n in range(50)]
     for person in strangers:
         emu.push_message(emu.private_chat(person), person, "hello?")
-    await stream_settled(app, entries=50, timeout=30)
+    await all_handled(app, emu, entries=50)
 
     told = {person["id"]: emu.sent_texts(person["id"]) for person in strangers}
     coded = [texts for texts in told.values() if len(texts) == 1 and CODE.search(texts[0])]
@@ -142,7 +159,7 @@ async def test_fifty_strangers_at_once_on_redis_get_three_codes_and_one_try_late
 
     for person in strangers:  # asking again: a pending code is not sent twice, a refusal not repeated
         emu.push_message(emu.private_chat(person), person, "hello again?")
-    await stream_settled(app, entries=100, timeout=30)
+    await all_handled(app, emu, entries=100)
     assert {person["id"]: emu.sent_texts(person["id"]) for person in strangers} == told
     assert emu.sent_texts(1000) == notices
 
