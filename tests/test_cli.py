@@ -1,13 +1,19 @@
 """The `botweave` command as a user runs it: a subprocess, talking through a pipe."""
 
+import asyncio
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
-from tests.emulators.telegram import telegram_emulator  # noqa: F401  (fixture)
+import yaml
+
+from tests.emulators.telegram import telegram_emulator, wait_until  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -233,7 +239,6 @@ def test_room_run_into_a_platform_that_is_not_running_is_one_line_and_exit_1(tmp
 async def test_a_platform_that_refuses_the_token_makes_the_exit_code_1(tmp_path, telegram_emulator):
     """The console still answers, so the person at it is not left stranded; the exit code
     tells a supervisor that an enabled platform never came up."""
-    import asyncio
 
     emu = telegram_emulator
     config = tmp_path / "bot.yaml"
@@ -354,3 +359,135 @@ def test_chat_keeps_state_in_a_file_per_config_unless_ephemeral(tmp_path, privat
     assert kept.returncode == 0, kept.stderr
     [database] = list(private_state_dir.rglob("*.db"))
     assert database.name.startswith("mybot-") and f"store: sqlite:///{database}" in kept.stderr
+
+
+# --- first run: the dead ends a new user met --------------------------------------------------
+
+
+def test_chat_on_redis_answers_in_order_and_exits_at_end_of_input(tmp_path, redis_url):
+    """The console is this process's own: with a Redis store its lines are answered here,
+    not through the shared stream, and the end of input ends the chat."""
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\n"
+        f"store: {{url: '{redis_url}', prefix: 'chat-{tmp_path.name}:'}}\n"
+    )
+    result = botweave("chat", str(config), stdin="one\ntwo\nthree\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"a (offline echo) heard: {word}" for word in ("one", "two", "three")]
+    unreachable = tmp_path / "gone.yaml"
+    unreachable.write_text("agents: {a: {model: offline/echo}}\nstore: {url: 'redis://127.0.0.1:1/0'}\n")
+    gone = botweave("chat", str(unreachable), stdin="one\n")
+    assert gone.returncode == 3 and "cannot reach the Redis store" in gone.stderr
+    assert "Traceback" not in gone.stderr
+
+
+def test_a_second_chat_on_the_same_state_is_answered_too(tmp_path, private_state_dir):
+    """State is kept between runs (a SQLite file): the next run's first line is new, not a
+    repeat of this run's first line."""
+    (tmp_path / "bot.yaml").write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    first = botweave("chat", stdin="hello\n", cwd=tmp_path)
+    second = botweave("chat", stdin="hello again\n", cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.splitlines() == ["a (offline echo) heard: hello"]
+    assert second.stdout.splitlines() == ["a (offline echo) heard: hello again"]
+
+
+def test_start_answers_like_help_and_an_unknown_command_says_so(tmp_path):
+    (tmp_path / "bot.yaml").write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    helped = botweave("chat", stdin="/help\n", cwd=tmp_path)
+    result = botweave("chat", stdin="/start\n/frobnicate now\nhello\n", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    help_text = helped.stdout.strip()
+    assert help_text.startswith("Commands:") and "/start" in help_text
+    assert result.stdout.startswith(help_text + "\n")
+    after = result.stdout[len(help_text) :].strip().splitlines()
+    assert after == ["Unknown command /frobnicate. Send /help to see what I understand.", "a (offline echo) heard: hello"]
+
+
+def test_an_unknown_nested_key_lists_the_allowed_ones_with_a_close_match(tmp_path):
+    config = tmp_path / "bot.yaml"
+    config.write_text("agents: {a: {model: offline/echo}}\nplatforms: {telegram: {tokn: '123:abc'}}\n")
+    result = botweave("check", str(config))
+    assert result.returncode == 2
+    line = next(line for line in result.stderr.splitlines() if "tokn" in line)
+    assert "platforms.telegram.tokn: unknown key (did you mean 'token'?); allowed keys:" in line
+    assert "webhook_secret" in line and "trusted_proxies" in line
+    assert "123:abc" not in result.stderr
+
+
+def _pairing_config(path: Path, emu: Any, **bot: Any) -> Path:
+    platforms = {"telegram": {"token": emu.token, "api_base_url": emu.api_base_url, "poll_timeout": 1}}
+    path.write_text(yaml.safe_dump({
+        "agents": {"a": {"model": "offline/echo"}},
+        "bot": {"unknown_user_policy": "pair", **bot},
+        "platforms": platforms,
+    }))
+    return path
+
+
+async def _start_run(*args: str, log: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "botweave", "run", *args,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log.open("w"),
+        cwd=str(ROOT), env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+
+
+async def _stop_run(proc: asyncio.subprocess.Process) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_pairing_with_the_default_store_is_approved_from_another_shell(tmp_path, telegram_emulator, private_state_dir):
+    """With the embedded SQLite store (the default) the log names a `botweave pair approve`
+    line that works as written from another process while the bot runs; the first person
+    approved becomes the owner; SIGTERM is a clean stop (exit 0)."""
+    emu = telegram_emulator
+    config = _pairing_config(tmp_path / "bot.yaml", emu)
+    log = tmp_path / "run.log"
+    proc = await _start_run(str(config), log=log)
+    try:
+        ann = emu.user(7, "Ann", "ann")
+        emu.push_message(emu.private_chat(ann), ann, "hello?")
+        await wait_until(lambda: emu.sent_texts(7), timeout=60, what="the pairing code")
+        code = re.search(r"Your pairing code is ([A-Z2-9]{8})", emu.sent_texts(7)[0]).group(1)  # type: ignore[union-attr]
+        await wait_until(lambda: "asked to pair" in log.read_text(), timeout=10, what="the pairing log line")
+        hint = next(line for line in log.read_text().splitlines() if "asked to pair" in line)
+        command = re.search(r"approve with `(botweave pair approve [^`]+)`", hint).group(1)  # type: ignore[union-attr]
+        assert command == f"botweave pair approve telegram <code> --config {shlex.quote(str(config.resolve()))}"
+        words = shlex.split(command.replace("<code>", code))[1:]
+        approved = await asyncio.to_thread(botweave, *words, cwd=tmp_path)  # another shell, elsewhere
+        assert approved.returncode == 0, approved.stderr
+        assert approved.stdout.strip() == "approved Ann (id 7) on telegram and made them the owner"
+        emu.push_message(emu.private_chat(ann), ann, "may I come in?")
+        await wait_until(lambda: len(emu.sent_texts(7)) >= 2, timeout=30, what="the answer after approval")
+        assert emu.sent_texts(7)[1] == "a (offline echo) heard: may I come in?"
+    finally:
+        code_at_exit = await _stop_run(proc)
+    assert code_at_exit == 0, log.read_text()[-2000:]
+    assert "Traceback" not in log.read_text()
+
+
+async def test_pairing_with_state_in_memory_never_points_at_the_command_line(tmp_path, telegram_emulator):
+    """`--ephemeral` keeps state in the bot's memory, where `botweave pair` cannot reach: the
+    log says who can approve instead (the owner with /pair), or what to change when nobody can."""
+    emu = telegram_emulator
+    for owner, expected in ((None, "nobody can approve it"), ("1000", "the owner approves with /pair approve <code>")):
+        config = _pairing_config(tmp_path / f"bot-{owner}.yaml", emu, **({"owner_user_id": owner} if owner else {}))
+        log = tmp_path / f"run-{owner}.log"
+        proc = await _start_run("--ephemeral", str(config), log=log)
+        try:
+            stranger = emu.user(8 if owner else 9, "Sam")
+            emu.push_message(emu.private_chat(stranger), stranger, "hi")
+            await wait_until(lambda: "asked to pair" in log.read_text(), timeout=60, what="the pairing log line")
+        finally:
+            assert await _stop_run(proc) == 0
+        text = log.read_text()
+        assert "botweave pair" not in text.replace("`botweave pair` cannot reach", ""), text
+        started = next(line for line in text.splitlines() if "unknown users get a pairing code" in line)
+        asked = next(line for line in text.splitlines() if "asked to pair" in line)
+        assert expected in started and expected in asked
+        if owner:
+            notice = emu.sent_texts(1000)[-1]
+            assert "/pair approve" in notice and "botweave pair" not in notice
