@@ -117,6 +117,17 @@ async def test_a_server_that_cannot_be_reached_leaves_the_bot_running_without_it
     assert "MCP server gone did not start" in caplog.text
 
 
+async def test_a_server_that_does_not_answer_in_time_is_given_up_without_a_stray_error(llm, start_app, caplog):
+    """A stdio server that never speaks: the start gives up after its timeout, and whatever the
+    connection raises afterwards is read, not left for asyncio to report (the suite fails any
+    test where something reaches asyncio's default handler)."""
+    caplog.set_level(logging.ERROR)
+    silent = {"command": [sys.executable, "-c", "import time; time.sleep(30)"], "startup_timeout_seconds": 0.5}
+    app = await start_app(config(llm, {"silent": silent}))
+    assert app.agents["remote"].tools == {}
+    assert "MCP server silent did not start (no answer within 0.5s)" in caplog.text
+
+
 def test_tool_names_are_made_acceptable_to_providers():
     from botweave.tools.mcp import tool_name
 
