@@ -30,9 +30,9 @@ TRY_LATER = "I can't take new pairing requests right now. Please try again later
 
 #: Where a pairing request stands when the command line cannot reach the store and no owner is known.
 NOBODY_CAN_APPROVE = (
-    "nobody can approve it: state is kept in memory, which `botweave pair` cannot reach, and no owner "
-    "is set; set owner_user_id (then /pair approve <code> in a direct message), or keep state on disk "
-    "(leave out --ephemeral and store.url: memory://)"
+    "nobody can approve it: no owner is set, and `botweave pair` cannot reach this bot's state (kept "
+    "in memory, or in a store no configuration file names); set owner_user_id, then /pair approve "
+    "<code> in a direct message, or start the bot from a bot.yaml without --ephemeral or memory://"
 )
 
 
