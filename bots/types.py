@@ -237,6 +237,7 @@ EventKind = Literal[
     "member_joined",
     "member_left",
     "thread_created",
+    "button_pressed",
 ]
 EVENT_KINDS: frozenset[str] = frozenset(EventKind.__args__)  # type: ignore[attr-defined]
 HOOK_NEW_TEXT_MAX = 500
@@ -244,7 +245,8 @@ HOOK_NEW_TEXT_MAX = 500
 
 @dataclass(slots=True)
 class PlatformEvent:
-    """An inbound happening that is not a message: reactions, edits, deletions, membership."""
+    """An inbound happening that is not a message: reactions, edits, deletions, membership,
+    button presses (`message_id` is then the message that carried the button)."""
 
     kind: EventKind
     platform: str
@@ -255,6 +257,9 @@ class PlatformEvent:
     new_text: str | None = None
     thread_id: str | None = None
     event_id: str | None = None  # the platform's own id, when it has one, for dedup
+    #: A press (`button_pressed`): the action of the button, and the value it carried.
+    action_id: str | None = None
+    value: str | None = None
     raw: Any = None
 
     def __post_init__(self) -> None:
@@ -278,6 +283,8 @@ class PlatformEvent:
             "new_text": self.new_text,
             "thread_id": self.thread_id,
             "event_id": self.event_id,
+            "action_id": self.action_id,
+            "value": self.value,
         }
 
     def hook_payload(self) -> dict[str, Any]:
@@ -285,6 +292,46 @@ class PlatformEvent:
         if payload["new_text"] is not None:
             payload["new_text"] = payload["new_text"][:HOOK_NEW_TEXT_MAX]
         return payload
+
+
+ButtonStyle = Literal["default", "primary", "danger"]
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """A button on a message the bot posts: what people read (`label`), what a press means
+    (`action_id`, with an optional `value`), and how prominent it looks where the platform
+    can show that. A press comes back as a `button_pressed` PlatformEvent with the same
+    `action_id` and `value`, whatever the platform could carry on its wire."""
+
+    label: str
+    action_id: str
+    value: str = ""
+    style: ButtonStyle = "default"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "action_id": self.action_id, "value": self.value, "style": self.style}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Button:
+        style = data.get("style") or "default"
+        return cls(
+            label=str(data.get("label", "")),
+            action_id=str(data.get("action_id", "")),
+            value=str(data.get("value") or ""),
+            style=style if style in ("default", "primary", "danger") else "default",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PressAnswer:
+    """What the person who pressed a button is told, in the press's own answer (a Telegram
+    callback answer, an ephemeral reply on Discord and Slack). `alert` marks an answer they
+    must not miss (the button is not theirs, the request expired); an empty text only
+    acknowledges the press."""
+
+    text: str = ""
+    alert: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +379,7 @@ class PlatformCapabilities:
     threads: bool = False
     typing: bool = False
     markdown: str = "none"  # the dialect replies are rendered to: none, telegram, discord, slack
+    buttons: bool = False  # messages can carry buttons whose presses come back
     edit_floor_ms: int = 0  # the platform's minimum time between edits of one message
     group_edit_floor_ms: int | None = None  # a stricter floor in groups (Telegram), if any
 

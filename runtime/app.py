@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 from botweave.adapter import Adapter, PlatformRejected
 from botweave.agents import Agent, History, litellm_module
+from botweave.buttons import PREFIX as BUTTON_PREFIX
+from botweave.buttons import ButtonBook
 from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
@@ -39,6 +41,7 @@ from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
+from botweave.policies.approvals import ApprovalDesk
 from botweave.policies.authors import AuthorScreen
 from botweave.policies.egress import EgressPolicy
 from botweave.policies.rate_limit import RateLimit
@@ -65,7 +68,7 @@ from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.tools import ToolServices, Toolsets
 from botweave.tools.python import function_tool
-from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
+from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,15 @@ class App:
         except ValueError as exc:
             raise ConfigError([str(exc)]) from None
         self.access = AccessControl(self.store, self.delivery)
+        self.buttons = ButtonBook(self.store)
+        self.approvals = ApprovalDesk(
+            self.store,
+            self.delivery,
+            self.adapters,
+            self.buttons,
+            owner_of=lambda platform: self.access.owner(platform, self._bot_config(platform)),
+            notify=self._approval_requested,
+        )
         self.push = config.push
         self.preferences = PreferenceStore.from_config(self.store, self.push)
         self.notifier = Notifier(
@@ -198,7 +210,9 @@ class App:
             # several workers share one budget through the store
             slots=self.store if isinstance(backend(self.store), RedisStore) else None,
         )
-        self.turn = AgentTurn(self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds)
+        self.turn = AgentTurn(
+            self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds, approvals=self.approvals
+        )
         self.pipeline = build_pipeline(
             authors=AuthorScreen(self.store),
             access=self.access,
@@ -232,7 +246,7 @@ class App:
         name = adapter.platform
         self.adapters[name] = adapter
         self._platform_configs[name] = self.config.bot_config_for(name)
-        adapter.bind(self.submit)
+        adapter.bind(self.submit, self.answer_press)
 
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
         """Connect the store and start every enabled platform (or just `platforms`).
@@ -304,6 +318,10 @@ class App:
             await self.schedules.start()
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
+        if receive and self.role in ("all", "worker"):
+            closed = await self.approvals.sweep()
+            if closed:
+                log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
         self._started_at = time.monotonic()
         self._ready.set()
         self._serving = True
@@ -355,7 +373,7 @@ class App:
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
         adapter = installed_platforms()[name].create(section)
-        adapter.bind(self.submit)
+        adapter.bind(self.submit, self.answer_press)
         return adapter
 
     def _explain_access(self, platform: str) -> None:
@@ -395,6 +413,7 @@ class App:
                 await adapter.stop()
             except Exception:
                 log.exception("platform %s did not stop cleanly", name)
+        await self.approvals.stop()
         await self.tools.stop()
         await self.store.close()
         if self.ops is not None:
@@ -630,6 +649,17 @@ class App:
         finally:
             _RECORDED.reset(token)
 
+    async def answer_press(self, event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
+        """A button press, read in whichever process holds the platform connection: what its
+        button stood for (the button book), what it decides (an approval), and what the
+        presser is told. Adapters call this before acknowledging the press."""
+        event, known = await self.buttons.read(event)
+        if not known:
+            stale = (event.action_id or "").startswith(BUTTON_PREFIX)
+            return event, PressAnswer("This button no longer works.", alert=True) if stale else PressAnswer()
+        answer = await self.approvals.answer(event)
+        return event, answer or PressAnswer()
+
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
         return TurnOutcome(TurnStatus.EVENT)
@@ -676,6 +706,11 @@ class App:
             except Exception:
                 log.exception("delivering notification digests failed; will retry")
 
+    async def _approval_requested(self, platform: str, user_id: str, content: str, agent: str) -> None:
+        await self.notifier.notify(
+            NotificationCategory.APPROVAL_REQUESTED, [f"{platform}:{user_id}"], content, identity=agent, urgent=True
+        )
+
     async def _finished(self, msg: BotMessage, agent: Agent, delivered: Delivered, seconds: float) -> None:
         """A long turn tells the person who asked (`agent_finished`, if they opted in)."""
         if seconds >= self.push.agent_finished_after_seconds:
@@ -688,13 +723,17 @@ class App:
 
     # --- outbound: everything goes through delivery ------------------------------------------
 
-    async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> MessageActionResult:
+    async def send_to(
+        self, target: str, text: str, *, origin: BotMessage | None = None, buttons: Sequence[Button] = ()
+    ) -> MessageActionResult:
         """Post text to a target (`origin`, `<platform>`, `<platform>:<chat>[:<thread>]`);
-        an unresolvable target is a `no_route` result."""
+        an unresolvable target is a `no_route` result. Presses of `buttons` come back as
+        `button_pressed` events (hooks) with the button's own `action_id` and `value`."""
         to = self.targets.resolve(target, origin)
         if to is None:
             return MessageActionResult("no_route", target, "target not resolvable")
-        return (await self.delivery.post(to, text, origin=origin)).result(target)
+        issued = await self.buttons.issue(buttons) if buttons else []
+        return (await self.delivery.post(to, text, origin=origin, buttons=issued)).result(target)
 
     async def send_file(
         self,

@@ -35,7 +35,7 @@ from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.store import Operation, Put, Store
-from botweave.tooling import ToolContext
+from botweave.tooling import Approvals, ToolContext
 from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,16 @@ class AgentTurn:
     """The endpoint of the pipeline: the routed agent answers."""
 
     def __init__(
-        self, agents: Mapping[str, Agent], history: History, finished: Finished, store: Store, ttl: float
+        self,
+        agents: Mapping[str, Agent],
+        history: History,
+        finished: Finished,
+        store: Store,
+        ttl: float,
+        *,
+        approvals: Approvals | None = None,
     ) -> None:
+        self._approvals = approvals
         self._agents = agents
         self._history = history
         self._finished = finished
@@ -172,7 +180,7 @@ class AgentTurn:
         content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
-        tools = ToolTurn(ToolContext(agent.name, msg, conversation))
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals))
         typing = asyncio.create_task(keep_typing(reply))
         try:
             if reply.can_stream():
