@@ -8,6 +8,7 @@ inline keyboard the bot posts.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -177,3 +178,36 @@ async def test_a_request_pending_at_shutdown_is_reported_expired_after_a_restart
         assert len(tooldemo.TRANSFERS) == 1
     finally:
         await second.stop()
+
+
+async def test_a_press_reaching_the_ingress_process_resolves_the_turn_waiting_in_a_worker(telegram_emulator, redis_url):
+    """Redis deployment: one process holds the Telegram connection (ingress), another runs
+    the turn (worker). The press reaches the ingress; the worker's turn learns of it from the
+    store alone."""
+    emu = telegram_emulator
+    cfg = config(emu, store=redis_url)
+    cfg["store"]["prefix"] = f"approvals-{uuid.uuid4().hex[:8]}:"
+    worker = App.from_config(cfg, role="worker")
+    ingress = App.from_config(cfg, role="ingress")
+    await worker.start()
+    await ingress.start()
+    try:
+        chat = emu.private_chat(ANN)
+        emu.push_message(chat, ANN, CALL)
+        request = await a_request(emu, chat["id"])
+        assert worker.approvals._wakeups and not ingress.approvals._wakeups, "the worker's turn is the one waiting"
+
+        bob = emu.press((chat["id"], request["message_id"]), BOB, "Approve")
+        assert "not yours" in (await answered(emu, bob)).text
+        query = emu.press((chat["id"], request["message_id"]), ANN, "Approve")
+        answer = await answered(emu, query)
+        assert answer.text == "Approved." and answer.at - answer.delivered < 3.0
+        await wait_until(lambda: tooldemo.TRANSFERS, timeout=10, what="the worker to run the tool")
+        await wait_until(lambda: any("transfer returned" in t for t in texts(emu, chat["id"])), timeout=10,
+                         what="the worker's answer")
+        await wait_until(lambda: "Approved by Ann" in emu.current(chat["id"], request["message_id"])["text"],
+                         what="the request edited by the worker")
+        assert tooldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
+    finally:
+        await ingress.stop()
+        await worker.stop()
