@@ -314,12 +314,16 @@ class Button:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Button:
-        style = data.get("style") or "default"
+        style: ButtonStyle = "default"
+        if data.get("style") == "primary":
+            style = "primary"
+        elif data.get("style") == "danger":
+            style = "danger"
         return cls(
             label=str(data.get("label", "")),
             action_id=str(data.get("action_id", "")),
             value=str(data.get("value") or ""),
-            style=style if style in ("default", "primary", "danger") else "default",
+            style=style,
         )
 
 

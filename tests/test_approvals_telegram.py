@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
-from botweave import App
+from botweave import App, Button
 
 from tests import tooldemo
 from tests.emulators.telegram import (
@@ -211,3 +211,19 @@ async def test_a_press_reaching_the_ingress_process_resolves_the_turn_waiting_in
     finally:
         await ingress.stop()
         await worker.stop()
+
+
+async def test_a_button_the_app_posts_comes_back_to_hooks_with_its_own_action_and_value(telegram_emulator, start_app):
+    emu = telegram_emulator
+    app = await start_app(config(emu))
+    presses: list = []
+    app.hooks.register("button_pressed", lambda event: presses.append(event.payload))
+    chat = emu.private_chat(ANN)
+    long_value = "order-" + "x" * 200  # far beyond what callback_data may carry
+    sent = await app.send_to(f"telegram:{chat['id']}", "Ship it?", buttons=[Button("Ship", "ship", value=long_value)])
+    assert sent.ok
+    query = emu.press((chat["id"], int(sent.message_id)), ANN, "Ship")
+    assert (await answered(emu, query)).text is None  # acknowledged, nothing to tell
+    await wait_until(lambda: presses, what="the button_pressed hook")
+    assert presses[0]["action_id"] == "ship" and presses[0]["value"] == long_value
+    assert presses[0]["user_id"] == str(ANN["id"]) and presses[0]["message_id"] == sent.message_id

@@ -325,7 +325,7 @@ class DiscordInbound:
         """A button on one of our messages was pressed: a `button_pressed` event, answered
         within Discord's three seconds (an ephemeral reply when there is something to tell the
         presser, else a deferred update that changes nothing on screen)."""
-        data = interaction.data or {}
+        data: dict[str, Any] = dict(interaction.data or {})
         if interaction.type is not discord.InteractionType.component or data.get("component_type") != 2:
             return
         message = interaction.message
