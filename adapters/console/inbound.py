@@ -16,6 +16,7 @@ import itertools
 import os
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -151,7 +152,7 @@ class ConsoleInbound:
             chat_id=CHAT_ID,
             user_id=self._user.user_id,
             message_id=message_id,
-            event_id=f"press-{self._next_id()}",
+            event_id=f"press-{uuid.uuid4().hex}",  # unique across runs: dedup keys outlive a restart
             action_id=action_id,
         )
 
