@@ -73,14 +73,14 @@ async def test_the_button_book_keeps_meaning_behind_short_ids(store):
 
 def test_approval_options_are_checked():
     base = {"agents": {"a": {"model": "offline/echo", "tools": []}}}
-    base["agents"]["a"]["tools"] = [{"python": "tests.tooldemo:transfer", "approver": "owner"}]
+    base["agents"]["a"]["tools"] = [{"python": "tests.approvaldemo:transfer", "approver": "owner"}]
     with pytest.raises(ConfigError, match="only apply with `approval: required`"):
         load_config(base)
-    base["agents"]["a"]["tools"] = [{"python": "tests.tooldemo:transfer", "approval": "sometimes"}]
+    base["agents"]["a"]["tools"] = [{"python": "tests.approvaldemo:transfer", "approval": "sometimes"}]
     with pytest.raises(ConfigError, match="approval"):
         load_config(base)
     base["agents"]["a"]["tools"] = [
-        {"python": "tests.tooldemo:transfer", "approval": "required", "approver": "owner", "approval_timeout_seconds": 60}
+        {"python": "tests.approvaldemo:transfer", "approval": "required", "approver": "owner", "approval_timeout_seconds": 60}
     ]
     entry = load_config(base).agents["a"].tools[0]
     assert (entry.approval, entry.approver, entry.approval_timeout_seconds) == ("required", "owner", 60)

@@ -11,17 +11,17 @@ import os
 from botweave import App
 from botweave.adapters.console.adapter import ConsoleAdapter
 
-from tests import tooldemo
+from tests import approvaldemo
 from tests.emulators.telegram import wait_until
 
 CALL = "call transfer " + json.dumps({"amount": 9, "to": "Bob", "api_key": "sk-abcdefghijklmnop"})
 
 
 async def run(*lines: str, after_request: list[str]) -> tuple[str, App]:
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
     app = App.from_config({
         "agents": {
-            "assistant": {"model": "offline/echo", "tools": [{"python": "tests.tooldemo:transfer", "approval": "required"}]}
+            "assistant": {"model": "offline/echo", "tools": [{"python": "tests.approvaldemo:transfer", "approval": "required"}]}
         }
     })
     read, write = os.pipe()
@@ -57,11 +57,11 @@ async def test_typing_a_choice_presses_the_button_and_approves():
     assert any("transfer returned" in line and "sent 9 to Bob" in line for line in lines)
     # "7" was no choice: it went to the agent as a message after the turn
     assert any("heard: 7" in line for line in lines)
-    assert tooldemo.TRANSFERS == [{"amount": 9, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 9, "to": "Bob"}]
 
 
 async def test_deny_from_the_console():
     shown, _ = await run(CALL, after_request=["2"])
     assert "(Denied.)" in shown.splitlines()
     assert '{"error": "denied by' in shown
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []

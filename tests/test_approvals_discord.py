@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from botweave import App
 
-from tests import tooldemo
+from tests import approvaldemo
 from tests.adapters.test_discord import eventually, make_config
 from tests.emulators.discord import DM_CHANNEL_ID, DiscordEmulator
 
@@ -30,14 +30,14 @@ async def emulator() -> AsyncIterator[DiscordEmulator]:
 
 @pytest.fixture(autouse=True)
 def no_transfers():
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
     yield
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
 
 
 async def start(emulator: DiscordEmulator, start_app: Any, **tool: Any) -> App:
     config = make_config(emulator)
-    config["agents"]["assistant"]["tools"] = [{"python": "tests.tooldemo:transfer", "approval": "required", **tool}]
+    config["agents"]["assistant"]["tools"] = [{"python": "tests.approvaldemo:transfer", "approval": "required", **tool}]
     app = await start_app(config)
     await emulator.wait_ready()
     return app
@@ -65,21 +65,21 @@ async def test_buttons_render_as_components_and_the_requester_approves(emulator,
     bob = await emulator.press(request["id"], buttons[0]["custom_id"], by=emulator.bob)
     told = await emulator.wait_response(bob)
     assert told.type == CHANNEL_MESSAGE and told.ephemeral and "not yours" in told.data["content"]
-    assert told.delay < 3 and tooldemo.TRANSFERS == []
+    assert told.delay < 3 and approvaldemo.TRANSFERS == []
 
     alice = await emulator.press(request["id"], buttons[0]["custom_id"])
     answer = await emulator.wait_response(alice)
     assert answer.status == 200 and answer.delay < 3
     assert answer.ephemeral and answer.data["content"] == "Approved."
     await eventually(lambda: said(emulator, "transfer returned"))
-    assert tooldemo.TRANSFERS == [{"amount": 7, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 7, "to": "Bob"}]
     await eventually(lambda: "Approved by Alice" in emulator.messages[request["id"]]["content"])
     assert emulator.buttons(request["id"]) == []
 
     # a second press (a client still showing the old buttons) changes nothing
     again = await emulator.press(request["id"], buttons[1]["custom_id"])
     assert (await emulator.wait_response(again)).data["content"] == "Already approved."
-    assert tooldemo.TRANSFERS == [{"amount": 7, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 7, "to": "Bob"}]
 
 
 async def test_deny_and_timeout_reach_the_model(emulator, start_app):
@@ -94,7 +94,7 @@ async def test_deny_and_timeout_reach_the_model(emulator, start_app):
     second = await ask_again(emulator, request["id"])
     await eventually(lambda: said(emulator, "approval timed out"), timeout=10)
     await eventually(lambda: "No answer in time" in emulator.messages[second["id"]]["content"])
-    assert emulator.buttons(second["id"]) == [] and tooldemo.TRANSFERS == []
+    assert emulator.buttons(second["id"]) == [] and approvaldemo.TRANSFERS == []
 
 
 async def ask_again(emulator: DiscordEmulator, earlier: str) -> dict[str, Any]:

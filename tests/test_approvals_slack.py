@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botweave import App
 
-from tests import tooldemo
+from tests import approvaldemo
 from tests.emulators.slack import EventDelivery, SlackEmulator, event_callback, slack_section, wait_for
 
 DM, ALICE, BOB = "D0ALICE", "U0ALICE", "U0BOB"
@@ -36,9 +36,9 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def no_transfers():
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
     yield
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ async def app(emulator: SlackEmulator, mode: str) -> AsyncIterator[App]:
             "agents": {
                 "assistant": {
                     "model": "offline/echo",
-                    "tools": [{"python": "tests.tooldemo:transfer", "approval": "required"}],
+                    "tools": [{"python": "tests.approvaldemo:transfer", "approval": "required"}],
                 }
             },
             "platforms": {"slack": slack_section(emulator, mode)},
@@ -80,11 +80,11 @@ async def test_the_request_is_block_kit_and_only_the_requester_decides(app, emul
     assert bob.ack_seconds is not None and bob.ack_seconds < 3
     await wait_for(lambda: emulator.ephemerals)
     assert emulator.ephemerals[0]["user"] == BOB and "not yours" in emulator.ephemerals[0]["text"]
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []
 
     alice = await delivery.deliver_action(emulator.block_actions(DM, request["ts"], buttons[0]["action_id"], user=ALICE))
     assert alice.ack_seconds is not None and alice.ack_seconds < 3
-    await wait_for(lambda: tooldemo.TRANSFERS, 10)
+    await wait_for(lambda: approvaldemo.TRANSFERS, 10)
     await wait_for(lambda: any("transfer returned" in m["text"] for m in emulator.posted()), 10)
     shown = emulator.find(DM, request["ts"])
     assert shown is not None and "Approved by Alice" in shown["text"] and actions_of(shown) == []
@@ -93,7 +93,7 @@ async def test_the_request_is_block_kit_and_only_the_requester_decides(app, emul
                                                                  block_id="botweave-buttons"))
     assert again.ack_seconds is not None and again.ack_seconds < 3
     await wait_for(lambda: any(e["text"] == "Already approved." for e in emulator.ephemerals))
-    assert tooldemo.TRANSFERS == [{"amount": 3, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 3, "to": "Bob"}]
 
 
 async def test_deny_reaches_the_model(app, emulator, mode):
@@ -103,4 +103,4 @@ async def test_deny_reaches_the_model(app, emulator, mode):
     await delivery.deliver_action(emulator.block_actions(DM, request["ts"], deny, user=ALICE))
     await wait_for(lambda: any("denied by Alice" in m["text"] for m in emulator.posted()), 10)
     assert "Denied by Alice" in emulator.find(DM, request["ts"])["text"]  # type: ignore[index]
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []

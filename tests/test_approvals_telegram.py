@@ -1,7 +1,7 @@
 """Approvals end to end on Telegram: Bot API emulator ⇄ python-telegram-bot ⇄ App ⇄ offline agent.
 
 The offline model calls a tool when the user writes `call <tool> <json>`; `transfer` (tests/
-tooldemo.py) is listed with `approval: required`, so every call waits for a press of the
+approvaldemo.py) is listed with `approval: required`, so every call waits for a press of the
 inline keyboard the bot posts.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botweave import App, Button
 
-from tests import tooldemo
+from tests import approvaldemo
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
@@ -29,7 +29,7 @@ CALL = "call transfer " + json.dumps({"amount": 5, "to": "Bob", "api_key": SECRE
 
 
 def config(emu: TelegramEmulator, *, store: str = "memory://", telegram: dict | None = None, **tool: Any) -> dict:
-    entry = {"python": "tests.tooldemo:transfer", "approval": "required", **tool}
+    entry = {"python": "tests.approvaldemo:transfer", "approval": "required", **tool}
     return {
         "agents": {"assistant": {"model": "offline/echo", "tools": [entry]}},
         "platforms": {"telegram": {"unknown_user_policy": "allow", **adapter_config(emu), **(telegram or {})}},
@@ -39,9 +39,9 @@ def config(emu: TelegramEmulator, *, store: str = "memory://", telegram: dict | 
 
 @pytest.fixture(autouse=True)
 def no_transfers():
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
     yield
-    tooldemo.TRANSFERS.clear()
+    approvaldemo.TRANSFERS.clear()
 
 
 def requests(emu: TelegramEmulator, chat_id: int) -> list[dict[str, Any]]:
@@ -75,14 +75,14 @@ async def test_approve_runs_the_tool_and_the_request_shows_who_approved(telegram
     assert all(len(b["callback_data"].encode()) <= 64 for b in emu.buttons(chat["id"], request["message_id"]))
     assert "transfer" in request["text"] and '"amount": 5' in request["text"]
     assert SECRET not in json.dumps(emu.calls_to("sendMessage")[-1].params) and "***" in request["text"]
-    assert tooldemo.TRANSFERS == []  # nothing runs before the press
+    assert approvaldemo.TRANSFERS == []  # nothing runs before the press
 
     query = emu.press((chat["id"], request["message_id"]), ANN, "Approve")
     answer = await answered(emu, query)
     assert answer.text == "Approved." and not answer.show_alert
     assert answer.at - answer.delivered < 3.0
     await wait_until(lambda: any("returned" in t for t in texts(emu, chat["id"])), what="the agent's answer")
-    assert tooldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
     assert any("transfer returned" in t and "sent 5 to Bob" in t for t in texts(emu, chat["id"]))
     shown = emu.current(chat["id"], request["message_id"])
     assert "Approved by Ann" in shown["text"] and not shown.get("reply_markup")
@@ -90,7 +90,7 @@ async def test_approve_runs_the_tool_and_the_request_shows_who_approved(telegram
     # a second press (the old keyboard, pressed again) changes nothing
     again = emu.push_callback_query(request, ANN, request["reply_markup"]["inline_keyboard"][0][1]["callback_data"])
     assert (await answered(emu, again)).text == "Already approved."
-    assert tooldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
+    assert approvaldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
 
 
 async def test_someone_else_is_told_it_is_not_theirs_and_the_requester_denies(telegram_emulator, start_app):
@@ -108,7 +108,7 @@ async def test_someone_else_is_told_it_is_not_theirs_and_the_requester_denies(te
     ann = emu.press((group["id"], request["message_id"]), ANN, "Deny")
     assert (await answered(emu, ann)).text == "Denied."
     await wait_until(lambda: any("denied by Ann" in t for t in texts(emu, group["id"])), what="the model told")
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []
     assert any('{"error": "denied by Ann"}' in t for t in texts(emu, group["id"]))
     shown = emu.current(group["id"], request["message_id"])
     assert "Denied by Ann" in shown["text"] and not shown.get("reply_markup")
@@ -121,12 +121,12 @@ async def test_no_answer_in_time_is_a_denial(telegram_emulator, start_app):
     emu.push_message(chat, ANN, CALL)
     request = await a_request(emu, chat["id"])
     await wait_until(lambda: any("approval timed out" in t for t in texts(emu, chat["id"])), what="the timeout")
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []
     shown = emu.current(chat["id"], request["message_id"])
     assert "No answer in time" in shown["text"] and not shown.get("reply_markup")
     late = emu.push_callback_query(request, ANN, request["reply_markup"]["inline_keyboard"][0][0]["callback_data"])
     assert "timed out" in (await answered(emu, late)).text
-    assert tooldemo.TRANSFERS == []
+    assert approvaldemo.TRANSFERS == []
 
 
 async def test_the_owner_approves_in_a_direct_message_and_is_notified(telegram_emulator, start_app):
@@ -144,7 +144,7 @@ async def test_the_owner_approves_in_a_direct_message_and_is_notified(telegram_e
     assert "not yours" in (await answered(emu, mine)).text
     owner = emu.press((BOB["id"], request["message_id"]), BOB, "Approve")
     assert (await answered(emu, owner)).text == "Approved."
-    await wait_until(lambda: tooldemo.TRANSFERS, what="the tool to run")
+    await wait_until(lambda: approvaldemo.TRANSFERS, what="the tool to run")
     await wait_until(lambda: "Approved by the owner" in emu.current(BOB["id"], request["message_id"])["text"],
                      what="the request edited")
 
@@ -171,11 +171,11 @@ async def test_a_request_pending_at_shutdown_is_reported_expired_after_a_restart
         old = request["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
         query = emu.push_callback_query(request, ANN, old)
         assert "expired" in (await answered(emu, query)).text.lower()
-        assert tooldemo.TRANSFERS == []
+        assert approvaldemo.TRANSFERS == []
         approve = emu.press((chat["id"], fresh["message_id"]), ANN, "Approve")
         assert (await answered(emu, approve)).text == "Approved."
-        await wait_until(lambda: tooldemo.TRANSFERS, what="the re-asked tool to run")
-        assert len(tooldemo.TRANSFERS) == 1
+        await wait_until(lambda: approvaldemo.TRANSFERS, what="the re-asked tool to run")
+        assert len(approvaldemo.TRANSFERS) == 1
     finally:
         await second.stop()
 
@@ -202,12 +202,12 @@ async def test_a_press_reaching_the_ingress_process_resolves_the_turn_waiting_in
         query = emu.press((chat["id"], request["message_id"]), ANN, "Approve")
         answer = await answered(emu, query)
         assert answer.text == "Approved." and answer.at - answer.delivered < 3.0
-        await wait_until(lambda: tooldemo.TRANSFERS, timeout=10, what="the worker to run the tool")
+        await wait_until(lambda: approvaldemo.TRANSFERS, timeout=10, what="the worker to run the tool")
         await wait_until(lambda: any("transfer returned" in t for t in texts(emu, chat["id"])), timeout=10,
                          what="the worker's answer")
         await wait_until(lambda: "Approved by Ann" in emu.current(chat["id"], request["message_id"])["text"],
                          what="the request edited by the worker")
-        assert tooldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
+        assert approvaldemo.TRANSFERS == [{"amount": 5, "to": "Bob"}]
     finally:
         await ingress.stop()
         await worker.stop()

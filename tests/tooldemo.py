@@ -54,13 +54,3 @@ def whoami(context: ToolContext) -> dict:
     origin = context.origin
     return {"agent": context.agent, "message_id": origin.message_id if origin else None}
 
-
-#: The arguments of every `transfer` that actually ran (an approval-gated tool in the tests).
-TRANSFERS: list[dict] = []
-
-
-@tool
-def transfer(amount: int, to: str, api_key: str = "") -> str:
-    """Move money (needs a person's approval in the tests that list it so)."""
-    TRANSFERS.append({"amount": amount, "to": to})
-    return f"sent {amount} to {to}"
