@@ -301,7 +301,7 @@ class TurnControl:
             mode = inbound.config.busy_mode
             reason = verdict(received_at(msg), marks, mode, starting=True, edit_seen=edit_seen)
             if reason is not None:
-                return await self._cancelled(inbound, agent, reason)
+                return await self._cancelled(inbound, agent, reason, started=False)
             if marks.edit_at is not None and marks.edit_text is not None and (edit_seen is None or marks.edit_at > edit_seen):
                 edit_seen = marks.edit_at
                 await self._answer_edit(inbound, marks.edit_text, [])
@@ -311,7 +311,7 @@ class TurnControl:
                 await self._answered(inbound, outcome)
                 return outcome
             if reason != "edited":
-                return await self._cancelled(inbound, agent, reason)
+                return await self._cancelled(inbound, agent, reason, started=True)
             marks = await self._marks(msg, inbound.conversation)
             edit_seen = marks.edit_at
             log.info("%s: message %s was edited while answered; answering the new text", msg.platform, msg.message_id)
@@ -406,17 +406,19 @@ class TurnControl:
             with contextlib.suppress(Exception):
                 await self._store.delete(running_key)
 
-    async def _cancelled(self, inbound: Inbound, agent: Agent, reason: Reason) -> TurnOutcome:
+    async def _cancelled(self, inbound: Inbound, agent: Agent, reason: Reason, *, started: bool) -> TurnOutcome:
         """A turn that will not (go on to) answer: history as the reason says, and its marker,
-        so a restart does not answer it after all."""
+        so a restart does not answer it after all. A stopped turn that had started stays in
+        history, marked; one stopped while it waited never happened. An interrupted or
+        collected message stays as the person's turn, for the turn that answers them all."""
         msg = inbound.message
         reply = inbound.reply
         exchange: list[dict[str, Any]] = []
-        if reason in ("stopped", "interrupted"):
+        if (reason == "stopped" and started) or (reason == "interrupted" and reply.partial):
             mark = CUT_MARKS[reason] or ""
             said = (reply.partial + mark).strip() if reply.partial else f"({reason} before answering)"
             exchange = [user_entry(msg), {"role": "assistant", "content": said}]
-        elif reason == "collected":
+        elif reason in ("collected", "interrupted"):
             exchange = [user_entry(msg)]
         elif reason == "deleted":
             for message_id in [*reply.streamed, *reply.replacing]:
