@@ -8,10 +8,11 @@ turn is still running while the person acts.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-
+from botweave import App
 from botweave.policies.admission import DROPPED_MESSAGE
 from botweave.runtime.turn_control import NOTHING_RUNNING, STOPPED
 from botweave.runtime.turns import APOLOGY
@@ -214,3 +215,102 @@ async def test_a_turn_whose_model_fails_after_retries_tells_its_sender_once(chat
     await chat.idle()
     [notice] = chat.texts()
     assert notice == APOLOGY
+
+
+# --- several workers on Redis: the signal reaches the turn whichever worker runs it ------------
+
+
+def shared(chat: TurnDriver, redis_url: str, **bot: object) -> dict:
+    return chat.config(**bot) | {"store": {"url": redis_url, "prefix": f"turns-{uuid.uuid4().hex[:8]}:"}}
+
+
+def _record_handled(app: App, seen: list) -> None:
+    handle = app.handle
+
+    async def recording(item, **options):  # type: ignore[no-untyped-def]
+        seen.append(item)
+        return await handle(item, **options)
+
+    app.handle = recording  # type: ignore[method-assign]
+
+
+async def test_stop_reaches_a_turn_running_on_another_worker(chat: TurnDriver, redis_url: str) -> None:
+    config = shared(chat, redis_url)
+    await chat.start(config, role="ingress")
+    first = await chat.start(config, role="worker")
+    assert first.stream is not None
+    first.stream._concurrency = 1  # busy with the story, it reads nothing more
+    on_first: list = []
+    _record_handled(first, on_first)
+    chat.llm.queue_text(slow_answer())
+    await chat.say("tell me a story")
+    streamed = await chat.streaming()
+    second = await chat.start(config, role="worker")
+    on_second: list = []
+    _record_handled(second, on_second)
+    await chat.say("/stop")
+    await chat.idle()
+    assert [getattr(i, "text", None) for i in on_second] == ["/stop"], "the second worker handled the /stop"
+    assert [getattr(i, "text", None) for i in on_first] == ["tell me a story"]
+    posts = dict(chat.bot_posts())
+    assert posts[streamed].endswith("(stopped)") and "story39" not in posts[streamed]
+    assert STOPPED in posts.values()
+
+
+async def test_an_edit_reaches_a_turn_running_on_another_worker(chat: TurnDriver, redis_url: str) -> None:
+    config = shared(chat, redis_url)
+    await chat.start(config, role="ingress")
+    first = await chat.start(config, role="worker")
+    assert first.stream is not None
+    first.stream._concurrency = 1
+    chat.llm.queue_text(slow_answer())
+    asked = await chat.say("tell me a story about dogs")
+    streamed = await chat.streaming()
+    second = await chat.start(config, role="worker")
+    on_second: list = []
+    _record_handled(second, on_second)
+    chat.llm.queue_text("a story about cats")
+    await chat.edit(asked, "tell me a story about cats")
+    await chat.idle()
+    assert [getattr(i, "kind", None) for i in on_second] == ["message_edited"]
+    assert [(i, t.strip()) for i, t in chat.bot_posts()] == [(streamed, "a story about cats")]
+    assert chat.user_turns() == ["tell me a story about cats"]
+
+
+async def test_a_delete_reaches_a_turn_running_on_another_worker(chat: TurnDriver, redis_url: str) -> None:
+    if not chat.deletes:
+        pytest.skip(f"{chat.name} does not report deletions")
+    config = shared(chat, redis_url)
+    await chat.start(config, role="ingress")
+    first = await chat.start(config, role="worker")
+    assert first.stream is not None
+    first.stream._concurrency = 1
+    chat.llm.queue_text(slow_answer())
+    asked = await chat.say("tell me a story")
+    await chat.streaming()
+    await chat.start(config, role="worker")
+    await chat.delete(asked)
+    await chat.idle()
+    assert chat.bot_posts() == []
+
+
+# --- a restart: what was stopped is not answered after all ---------------------------------------
+
+
+async def test_a_stopped_queue_is_not_replayed_after_a_restart(chat: TurnDriver, tmp_path) -> None:
+    config = chat.config() | {"store": {"url": f"sqlite:///{tmp_path / 'state.db'}"}}
+    app = await chat.start(config)
+    chat.llm.queue_text(slow_answer())
+    await chat.say("tell me a story")
+    await chat.streaming()
+    await chat.say("and another")
+    await chat.say("/stop")
+    await wait_until(lambda: STOPPED in chat.texts(), TIMEOUT_S, "the stop to be confirmed")
+    await app.stop(timeout=0)  # whatever is left in the journal stays there
+    chat.apps.remove(app)
+    before = chat.texts()
+    await chat.start(config)
+    await asyncio.sleep(1.0)
+    await chat.idle()
+    assert len(chat.llm.requests) == 1, "nothing stopped ran after the restart"
+    assert chat.texts() == before

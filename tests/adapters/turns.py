@@ -20,7 +20,7 @@ from botweave.types import BotMessage, PlatformEvent
 from tests.emulators import discord as discord_emulator
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai import OpenAIEmulator
-from tests.emulators.slack import SlackEmulator, EventDelivery, event_callback, slack_section
+from tests.emulators.slack import EventDelivery, SlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 
 TIMEOUT_S = 20.0
@@ -82,11 +82,15 @@ class TurnDriver:
             "platforms": {self.name: self.section()},
         }
 
-    async def start(self, config: dict[str, Any] | None = None, **bot: Any) -> App:
-        app = App.from_config(config or self.config(**bot))
+    async def start(self, config: dict[str, Any] | None = None, *, role: str = "all", **bot: Any) -> App:
+        """An App on the emulator; `role` as `botweave run --role` (with a Redis store). A
+        worker only answers: the person's side stays with the app that receives."""
+        app = App.from_config(config or self.config(**bot), role=role)  # type: ignore[arg-type]
         self.apps.append(app)
         await app.start()
         assert self.name in app.adapters, f"the {self.name} adapter did not start"
+        if role == "worker":
+            return app
         self.app = app
         for leader in app._leaders:  # with Redis, the adapter that receives is the leader's
             await wait_until(lambda leader=leader: leader.adapter is not None, TIMEOUT_S, "the platform leader")
