@@ -297,7 +297,8 @@ class TurnControl:
         while True:
             msg = inbound.message
             seen = await self._store.get(_signal_key(msg.platform, msg.channel.channel_id))
-            marks = await self._marks(msg, inbound.conversation)
+            # every mark bumps its chat's counter: a chat without one has no marks to read
+            marks = Marks() if seen is None else await self._marks(msg, inbound.conversation)
             mode = inbound.config.busy_mode
             reason = verdict(received_at(msg), marks, mode, starting=True, edit_seen=edit_seen)
             if reason is not None:
