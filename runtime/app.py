@@ -530,20 +530,24 @@ class App:
 
         A /stop is not queued behind the turn it stops; any other message in `interrupt` or
         `collect` mode tells the turns before it that it came."""
-        self.control.stamp(item)
         ordered = not self.control.is_control(item)
-        if ordered and isinstance(item, BotMessage):
-            await self.control.arrived(item)
         if self.stream is not None:
             if isinstance(item, PlatformEvent) or not ordered:
+                self.control.stamp(item)
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds, ordered=False)
                 return
             # One append at a time per conversation, in the order items arrived: the stream's
             # sequence numbers are the conversation's order (an SDK that hands over each
-            # message in a task of its own must not let a later one overtake).
+            # message in a task of its own must not let a later one overtake), and so are
+            # their receipt times.
             async with self._publishing.hold(conversation_key(item)):
+                self.control.stamp(item)
+                await self.control.arrived(item)
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
+        self.control.stamp(item)
+        if ordered and isinstance(item, BotMessage):
+            await self.control.arrived(item)
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into
             self._spawn(self.handle(item))
