@@ -546,8 +546,6 @@ class App:
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
         self.control.stamp(item)
-        if ordered and isinstance(item, BotMessage):
-            await self.control.arrived(item)
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into
             self._spawn(self.handle(item))
@@ -555,6 +553,8 @@ class App:
         recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._spawn(self._journaled(item, recorded, ordered=ordered))  # takes its place in the conversation now
         try:
+            if ordered and isinstance(item, BotMessage):
+                await self.control.arrived(item)  # before its turn can start: it waits for `recorded`
             entry = await journal.record(item)
         except BaseException:
             recorded.set_result(None)
