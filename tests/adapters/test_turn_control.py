@@ -31,6 +31,18 @@ async def chat(request: pytest.FixtureRequest) -> AsyncIterator[TurnDriver]:
         await driver.stop()
 
 
+@pytest.fixture(params=sorted(TURN_DRIVERS))
+async def two_workers(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[TurnDriver]:
+    """The same chat, answered by two workers sharing Redis (either may run any turn)."""
+    driver = TURN_DRIVERS[request.param]()
+    driver.shared = {"url": redis_url, "prefix": f"turns-{uuid.uuid4().hex[:8]}:"}
+    await driver.begin()
+    try:
+        yield driver
+    finally:
+        await driver.stop()
+
+
 async def test_stop_mid_stream_keeps_what_was_shown_marked_and_cancels_the_queue(chat: TurnDriver) -> None:
     await chat.start()
     chat.llm.queue_text(slow_answer())
@@ -314,3 +326,30 @@ async def test_a_stopped_queue_is_not_replayed_after_a_restart(chat: TurnDriver,
     await chat.idle()
     assert len(chat.llm.requests) == 1, "nothing stopped ran after the restart"
     assert chat.texts() == before
+
+
+# --- the busy modes and the notices with two workers -------------------------------------------
+
+
+async def test_interrupt_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_interrupt_cancels_the_running_turn_and_the_next_sees_both(two_workers)
+
+
+async def test_collect_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_collect_answers_the_messages_that_came_meanwhile_together(two_workers)
+
+
+async def test_stop_mid_stream_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_stop_mid_stream_keeps_what_was_shown_marked_and_cancels_the_queue(two_workers)
+
+
+async def test_edit_after_the_reply_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_an_edit_soon_after_the_reply_answers_again_into_the_earlier_reply(two_workers)
+
+
+async def test_stale_notice_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_a_message_handed_over_long_after_it_was_sent_gets_one_notice(two_workers)
+
+
+async def test_model_failure_notice_with_two_workers(two_workers: TurnDriver) -> None:
+    await test_a_turn_whose_model_fails_after_retries_tells_its_sender_once(two_workers)

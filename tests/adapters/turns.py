@@ -41,6 +41,8 @@ class TurnDriver:
         self.items: list[BotMessage | PlatformEvent] = []
         self.apps: list[App] = []
         self.llm = OpenAIEmulator()
+        #: A Redis store section: `start` then runs a second worker beside the app it starts.
+        self.shared: dict[str, Any] | None = None
 
     # --- platform parts ----------------------------------------------------------------------
 
@@ -80,6 +82,7 @@ class TurnDriver:
             "bot": {"unknown_user_policy": "allow", "streaming": True, "group_policy": "respond_all", **bot},
             "agents": {"helper": {"model": "openai/gpt-4o-mini", "api_base": self.llm.base_url, "api_key": "sk-test"}},
             "platforms": {self.name: self.section()},
+            **({"store": self.shared} if self.shared else {}),
         }
 
     async def start(self, config: dict[str, Any] | None = None, *, role: str = "all", **bot: Any) -> App:
@@ -91,6 +94,8 @@ class TurnDriver:
         assert self.name in app.adapters, f"the {self.name} adapter did not start"
         if role == "worker":
             return app
+        if self.shared and role == "all":
+            await self.start(config or self.config(**bot), role="worker")  # a second worker beside it
         self.app = app
         for leader in app._leaders:  # with Redis, the adapter that receives is the leader's
             await wait_until(lambda leader=leader: leader.adapter is not None, TIMEOUT_S, "the platform leader")
