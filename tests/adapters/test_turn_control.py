@@ -325,7 +325,9 @@ async def test_a_stopped_queue_is_not_replayed_after_a_restart(chat: TurnDriver,
     await asyncio.sleep(1.0)
     await chat.idle()
     assert len(chat.llm.requests) == 1, "nothing stopped ran after the restart"
-    assert chat.texts() == before
+    # Telegram has no idempotency key: a confirmation cut off by the stop may be sent again
+    # (at least once); nothing else is new.
+    assert [t for t in chat.texts() if t != STOPPED] == [t for t in before if t != STOPPED]
 
 
 # --- the busy modes and the notices with two workers -------------------------------------------
