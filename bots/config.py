@@ -165,6 +165,14 @@ class BotConfig(Section):
     allow_bots: bool = False
     bot_loop_protection: BotLoopPolicy = Field(default_factory=BotLoopPolicy)
     user_rate_limit: Optional[UserRateLimit] = None
+    #: What a message arriving while its conversation's turn runs does: wait its turn
+    #: (`queue`), cancel the running turn (`interrupt`), or join the next turn (`collect`).
+    busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
+    #: How long after its reply an edited message is answered again (0: only while it runs).
+    rerun_window_seconds: Annotated[float, Field(ge=0)] = 120.0
+    #: A message this much older than its receipt (the bot was down) gets a notice instead of
+    #: a late answer; 0 answers whatever its age.
+    stale_after_seconds: Annotated[float, Field(ge=0)] = 600.0
 
     @field_validator("allowed_users", "allowed_chats", mode="before")
     @classmethod

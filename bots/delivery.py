@@ -29,7 +29,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
 from botweave.streaming import StreamingReply
-from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile
+from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
 
@@ -472,6 +472,15 @@ class ReplyChannel:
     adapter: Adapter
     origin: BotMessage
     config: BotConfig
+    #: The messages of an earlier answer to the same message (it was edited): this reply is
+    #: written into them where the platform can edit, and replaces them where it cannot.
+    replacing: list[str] = field(default_factory=list)
+    #: What a streamed reply cut off mid-way ends with; None leaves it as it stands (it is
+    #: about to be rewritten or removed).
+    cut_mark: str | None = " …"
+    #: While streaming: the text so far and the messages showing it, for whoever cut it off.
+    partial: str = ""
+    streamed: list[str] = field(default_factory=list)
 
     @property
     def chat_id(self) -> str:
@@ -483,7 +492,8 @@ class ReplyChannel:
 
     def key(self, purpose: str) -> str:
         """The outbox key of one post answering this message: the same in every attempt."""
-        return f"out:{self.origin.platform}:{self.chat_id}:{self.origin.message_id}:{purpose}"
+        origin = self.origin
+        return f"out:{origin.platform}:{self.chat_id}:{origin.message_id}{revision_suffix(origin)}:{purpose}"
 
     def _final_text(self, text: str, model: str | None, seconds: float | None, tools: Sequence[str] = ()) -> str:
         return with_footer(text, format_footer(model, seconds, tools)) if self.config.footer else text
@@ -501,8 +511,40 @@ class ReplyChannel:
     async def deliver(self, prepared: Prepared, *, purpose: str = "reply") -> Delivered:
         """Send a prepared reply; chunks confirmed by an earlier attempt are not sent again."""
         if prepared.silent:
+            await self._drop_replaced(0)
             return Delivered(silent=True)
+        if purpose == "reply" and self.replacing:
+            return await self._deliver_in_place(prepared)
         return await self.delivery.deliver(self.destination, prepared, key=self.key(purpose), origin=self.origin)
+
+    async def _deliver_in_place(self, prepared: Prepared) -> Delivered:
+        """The reply written into the earlier answer's messages, chunk by chunk; chunks beyond
+        them are posted, earlier messages left over are deleted. A platform that cannot edit
+        gets the earlier answer deleted and this one posted."""
+        if not self.adapter.capabilities.can_edit:
+            await self._drop_replaced(0)
+            return await self.delivery.deliver(self.destination, prepared, key=self.key("reply"), origin=self.origin)
+        to = self.destination
+        delivered = Delivered(text=prepared.text)
+        for index, chunk in enumerate(prepared.chunks):
+            if index < len(self.replacing):
+                message_id = self.replacing[index]
+                result = await self.adapter.edit(self.chat_id, message_id, chunk, thread_id=self.origin.thread_id)
+                result = MessageActionResult(result.status, result.target, result.detail, message_id=message_id)
+            else:
+                result = await self.delivery.send_chunk(to, chunk, index, key=self.key("reply"))
+            if result.ok and result.message_id is not None:
+                delivered.message_ids.append(result.message_id)
+            elif not result.ok:
+                delivered.failures.append(result)
+        await self._drop_replaced(len(prepared.chunks))
+        await self.delivery.after_send(to, delivered, self.origin)
+        return delivered
+
+    async def _drop_replaced(self, keep: int) -> None:
+        for message_id in self.replacing[keep:]:
+            await self.adapter.delete(self.chat_id, message_id)
+        del self.replacing[keep:]
 
     async def send_text(
         self,
@@ -542,7 +584,7 @@ class ReplyChannel:
         async def delete(message_id: str) -> MessageActionResult:
             return await self.adapter.delete(self.chat_id, message_id)
 
-        return StreamingReply(
+        stream = StreamingReply(
             send=send,
             edit=edit,
             delete=delete,
@@ -550,6 +592,10 @@ class ReplyChannel:
             limit=caps.max_message_length,
             unit=caps.length_unit,
         )
+        stream.adopt(self.replacing)  # an earlier answer's messages are rewritten, not left
+        self.replacing = []
+        self.streamed = stream.message_ids
+        return stream
 
     async def stream_text(
         self,
@@ -564,15 +610,17 @@ class ReplyChannel:
         stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
+        self.partial = ""
         try:
             async for delta in deltas:
                 text += delta
+                self.partial = text
                 if self.config.allow_silence and token.startswith(text.strip()):
                     continue  # might still become the silence token: show nothing yet
                 await stream.update(text)
         except BaseException:
-            if stream.message_ids:  # never leave a half-written message looking final
-                await stream.finish(text + " …")
+            if stream.message_ids and self.cut_mark is not None:  # never leave a half-written message looking final
+                await stream.finish(text + self.cut_mark)
             raise
         if is_silent(text, self.config.allow_silence, token):
             await stream.discard()

@@ -23,6 +23,18 @@ ChannelType = Literal["dm", "group", "channel", "thread"]
 META_MENTIONS_BOT = "mentions_bot"
 META_REPLY_TO_BOT = "reply_to_bot"
 META_SCOPE = "scope"  # admission scope: Telegram chat, Discord guild, Slack team
+# Set by the runtime when it receives an item: when (Unix time) this process got it, which
+# orders a conversation's messages for turn control and dates them for staleness.
+META_RECEIVED_AT = "received_at"
+# A message answered again after its author edited it: the how-manieth answer this is (1 for
+# the first re-run), so each answer has its own turn marker and outbox keys.
+META_REVISION = "revision"
+
+
+def revision_suffix(msg: BotMessage) -> str:
+    """What tells an edited message's later answers apart in keys ("" for the first one)."""
+    revision = msg.metadata.get(META_REVISION)
+    return f"~{revision}" if revision else ""
 
 
 class MessageType(str, Enum):

@@ -62,7 +62,7 @@ _SECRET_VALUE = re.compile(
 )
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]+:)(?P<password>[^/\s@]+)(?=@)", re.IGNORECASE)
 
-Outcome = Literal["approved", "denied", "timeout", "expired"]
+Outcome = Literal["approved", "denied", "timeout", "expired", "withdrawn"]
 Notify = Callable[[str, str, str, str], Awaitable[None]]
 OwnerOf = Callable[[str], Awaitable[str | None]]
 
@@ -124,7 +124,7 @@ class Decision:
             return f"denied by {self.by}"
         if self.outcome == "timeout":
             return "approval timed out"
-        return "approval expired"
+        return f"approval {self.outcome}"
 
     def line(self) -> str:
         """The line the request gains once decided."""
@@ -134,6 +134,8 @@ class Decision:
             return f"❌ Denied by {self.by}."
         if self.outcome == "timeout":
             return "⌛ No answer in time: denied."
+        if self.outcome == "withdrawn":
+            return "⏹ Withdrawn: the turn was stopped before this was answered."
         return "⌛ Expired: the bot stopped before this was answered."
 
     def told(self) -> str:
@@ -143,6 +145,7 @@ class Decision:
             "denied": "Already denied.",
             "timeout": "Too late: this request timed out.",
             "expired": "This request expired.",
+            "withdrawn": "This request was withdrawn.",
         }[self.outcome]
 
 
@@ -208,6 +211,7 @@ class ApprovalDesk:
         self._poll = poll_seconds
         self._wakeups: dict[str, asyncio.Event] = {}  # requests this process waits for
         self._tasks: set[asyncio.Task[None]] = set()
+        self._shutting_down = False
 
     # --- asking -------------------------------------------------------------------------
 
@@ -252,7 +256,12 @@ class ApprovalDesk:
                 return f"could not ask for approval of {tool}: {problem}"
             await self._store.set(_request_key(request.id), request.to_json(), ttl=keep)
             await self._tell(request, context.agent)
-            decision = await self._wait(request, wakeup)
+            try:
+                decision = await self._wait(request, wakeup)
+            except asyncio.CancelledError:
+                if not self._shutting_down:  # stopped, interrupted or re-run: nobody waits any more
+                    await asyncio.shield(self._expire(request, Decision("withdrawn")))
+                raise
             await self._show(request, decision)
             await self._store.delete(PENDING + request.id)
             return decision.error()
@@ -359,11 +368,12 @@ class ApprovalDesk:
             wakeup.set()
         return PressAnswer("Approved." if decision.outcome == "approved" else "Denied.")
 
-    async def _expire(self, request: Request) -> None:
+    async def _expire(self, request: Request, decision: Decision | None = None) -> None:
         """A request whose turn is gone: decided as expired (unless a decision beat us to
         it) and shown so, in the background, so the press is answered in time."""
-        if await self._store.set_if_absent(_decision_key(request.id), Decision("expired").to_json(), ttl=KEEP_S):
-            self._spawn(self._close(request, Decision("expired")))
+        decision = decision or Decision("expired")
+        if await self._store.set_if_absent(_decision_key(request.id), decision.to_json(), ttl=KEEP_S):
+            self._spawn(self._close(request, decision))
 
     async def _close(self, request: Request, decision: Decision) -> None:
         await self._show(request, decision)
@@ -407,6 +417,11 @@ class ApprovalDesk:
             await self._close(request, decision)
             closed += 1
         return closed
+
+    def shutting_down(self) -> None:
+        """From now on a wait cut off is the process ending: its request stays open for the
+        next start to report, rather than being closed by a process about to disconnect."""
+        self._shutting_down = True
 
     async def stop(self) -> None:
         """Let the edits still in flight finish (briefly)."""

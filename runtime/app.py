@@ -61,6 +61,7 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
+from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Patience, PatientStore, Store, StoreUnavailable, open_store
 from botweave.store.patient import backend
@@ -213,6 +214,10 @@ class App:
         self.turn = AgentTurn(
             self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds, approvals=self.approvals
         )
+        self.control = TurnControl(
+            self.store, self.agents, self.history, self._bot_config, cfg.dedup_ttl_seconds, self._may_steer
+        )
+        self.commands.register("stop", self.control.stop_command, help=STOP_HELP)
         self.pipeline = build_pipeline(
             authors=AuthorScreen(self.store),
             access=self.access,
@@ -225,6 +230,7 @@ class App:
             rate_limit=RateLimit(self.store),
             admission=AdmissionStep(admission, self.store, limits.busy_message),
             media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
+            control=self.control,
             turn=self.turn,
         )
         self.ops: OpsServer | None = None
@@ -363,6 +369,10 @@ class App:
     def _bot_config(self, platform: str) -> BotConfig:
         return self._platform_configs.get(platform) or self.config.bot_config_for(platform)
 
+    async def _may_steer(self, msg: BotMessage, config: BotConfig) -> bool:
+        """Only someone the bot answers may interrupt or add to a running turn."""
+        return await self.access.verdict(msg, config) == "admit"
+
     @staticmethod
     def _connected(name: str, adapter: Adapter, inbound: bool) -> None:
         me = adapter.self_user
@@ -393,6 +403,7 @@ class App:
         self._drain_seconds = timeout
         self._serving = False
         self._stopping.set()
+        self.approvals.shutting_down()
         if self.rooms is not None:
             await self.rooms.stop()
         if self.schedules is not None:
@@ -541,24 +552,35 @@ class App:
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
         """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
         returns, and its turn runs in the background. A failure to record raises, so the
-        adapter does not acknowledge what could still be lost."""
+        adapter does not acknowledge what could still be lost.
+
+        A /stop is not queued behind the turn it stops; any other message in `interrupt` or
+        `collect` mode tells the turns before it that it came."""
+        ordered = not self.control.is_control(item)
         if self.stream is not None:
-            if isinstance(item, PlatformEvent):
-                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+            if isinstance(item, PlatformEvent) or not ordered:
+                self.control.stamp(item)
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds, ordered=False)
                 return
             # One append at a time per conversation, in the order items arrived: the stream's
             # sequence numbers are the conversation's order (an SDK that hands over each
-            # message in a task of its own must not let a later one overtake).
+            # message in a task of its own must not let a later one overtake), and so are
+            # their receipt times.
             async with self._publishing.hold(conversation_key(item)):
+                self.control.stamp(item)
+                await self.control.arrived(item)
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
+        self.control.stamp(item)
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into
             self._spawn(self.handle(item))
             return
         recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._spawn(self._journaled(item, recorded))  # takes its place in the conversation now
+        self._spawn(self._journaled(item, recorded, ordered=ordered))  # takes its place in the conversation now
         try:
+            if ordered and isinstance(item, BotMessage):
+                await self.control.arrived(item)  # before its turn can start: it waits for `recorded`
             entry = await journal.record(item)
         except BaseException:
             recorded.set_result(None)
@@ -576,13 +598,15 @@ class App:
         done.set_result(entry)
         return done
 
-    async def _journaled(self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None]) -> None:
+    async def _journaled(
+        self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None], *, ordered: bool = True
+    ) -> None:
         """One journaled item: its turn, then its entry removed. A turn cut off (a crash, a
         store away for longer than the grace) leaves the entry for the next start."""
         journal = self.journal
         assert journal is not None
         async with contextlib.AsyncExitStack() as stack:
-            if isinstance(item, BotMessage):
+            if isinstance(item, BotMessage) and ordered and not self.control.is_control(item):
                 # the conversation's place is taken before the first await: arrival order
                 await stack.enter_async_context(self._locks.hold(conversation_key(item)))
             entry = await recorded
@@ -622,8 +646,11 @@ class App:
             return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
+        self.control.stamp(item)  # handed over directly (not through `submit`)
         if recorded == "journal":  # the journal took the conversation's lock on arrival
             return await self._run_pipeline(item, durable=True)
+        if self.control.is_control(item):  # it acts on the turn holding the lock
+            return await self._run_pipeline(item, durable=deduplicated)
         async with self._locks.hold(conversation_key(item)):
             return await self._run_pipeline(item, durable=deduplicated)
 
@@ -640,7 +667,15 @@ class App:
             resumed = await self.turn.resume(msg, reply)
             if resumed is not None:
                 return resumed
-        return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+        try:
+            return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+        except outage_errors():
+            raise  # not a failure of the turn: it runs again once the store is back
+        except Exception as exc:
+            # Nothing vanishes silently: the sender hears that this message got no answer.
+            log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
+            await self.control.tell_failure(reply)
+            return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
         token = _RECORDED.set("stream")
@@ -662,6 +697,10 @@ class App:
 
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
+        if event.platform in self.adapters:
+            again = await self.control.on_event(event)
+            if again is not None:  # an edit soon after its answer: answered again, in its turn
+                await self.submit(again)
         return TurnOutcome(TurnStatus.EVENT)
 
     # --- push and rooms ------------------------------------------------------------------

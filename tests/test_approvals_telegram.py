@@ -129,6 +129,23 @@ async def test_no_answer_in_time_is_a_denial(telegram_emulator, start_app):
     assert approvaldemo.TRANSFERS == []
 
 
+async def test_stop_while_waiting_withdraws_the_request(telegram_emulator, start_app):
+    emu = telegram_emulator
+    await start_app(config(emu))
+    chat = emu.private_chat(ANN)
+    emu.push_message(chat, ANN, CALL)
+    request = await a_request(emu, chat["id"])
+    emu.push_message(chat, ANN, "/stop")
+    await wait_until(
+        lambda: "Withdrawn" in (emu.current(chat["id"], request["message_id"]).get("text") or ""),
+        what="the request to show it was withdrawn",
+    )
+    assert not emu.current(chat["id"], request["message_id"]).get("reply_markup")
+    late = emu.push_callback_query(request, ANN, request["reply_markup"]["inline_keyboard"][0][0]["callback_data"])
+    assert "withdrawn" in (await answered(emu, late)).text
+    assert approvaldemo.TRANSFERS == []
+
+
 async def test_the_owner_approves_in_a_direct_message_and_is_notified(telegram_emulator, start_app):
     emu = telegram_emulator
     await start_app(config(emu, approver="owner", telegram={"owner_user_id": str(BOB["id"])}))
