@@ -251,6 +251,16 @@ class TurnControl:
 
     async def stop_command(self, inbound: Inbound) -> str:
         msg = inbound.message
+        answered = _message_key("stop-answer", msg.platform, msg.channel.channel_id, msg.message_id)
+        earlier = await self._store.get(answered)
+        if earlier is not None:
+            return earlier  # the same /stop once more (replayed after a restart): the same answer
+        answer = await self._stop(inbound)
+        await self._store.set(answered, answer, ttl=MARK_TTL_S)
+        return answer
+
+    async def _stop(self, inbound: Inbound) -> str:
+        msg = inbound.message
         conversation = inbound.conversation
         running_raw = await self._store.get(f"ctl:running:{conversation}")
         running = json.loads(running_raw) if running_raw else None
