@@ -1,4 +1,4 @@
-"""Policies end to end on Discord (issue 6 "Done when"): loop guard, mention gating, admission.
+"""Policies end to end on Discord: loop guard, mention gating, admission.
 
 The real App and discord.py's real REST and gateway clients run against the Discord emulator;
 the assertions count what the channel shows: how many answers the bot posted, to whom, and
