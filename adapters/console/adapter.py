@@ -21,8 +21,9 @@ class ConsoleAdapter(Adapter):
     platform = "console"
     local = True
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
-        max_message_length=None, can_react=True, threads=True, markdown="none"
+        max_message_length=None, can_react=True, threads=True, markdown="none", buttons=True
     )
+    emits = frozenset({"button_pressed"})
 
     def __init__(
         self, config: ConsoleConfig | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None
