@@ -105,18 +105,22 @@ class SlackInbound:
         `button_pressed` event, acknowledged within Slack's three seconds; what the presser
         is told goes back through the payload's response_url as an ephemeral message."""
         self.stats["received"] += 1
-        event = self.press(body)
+        try:
+            event = self.press(body)
 
-        async def acknowledge(answer: PressAnswer) -> None:
-            await ack()
-            if answer.text:
-                await respond(text=answer.text, response_type="ephemeral", replace_original=False)
+            async def acknowledge(answer: PressAnswer) -> None:
+                await ack()
+                if answer.text:
+                    await respond(text=answer.text, response_type="ephemeral", replace_original=False)
 
-        if event is None:
-            await ack()
-            return
-        self.stats["dispatched"] += 1
-        await self._adapter.pressed(event, acknowledge)
+            if event is None:
+                self.stats["skipped"] += 1
+                await ack()
+                return
+            self.stats["dispatched"] += 1
+            await self._adapter.pressed(event, acknowledge)
+        finally:
+            self.stats["settled"] += 1
 
     def press(self, body: dict[str, Any]) -> PlatformEvent | None:
         """The first button of a `block_actions` payload as a press; None for other payloads
@@ -127,7 +131,8 @@ class SlackInbound:
             return None
         container = body.get("container") or {}
         message = body.get("message") or {}
-        channel = str((body.get("channel") or {}).get("id") or container.get("channel_id") or "")
+        # `channel` and `user` come as an object with an id, or (in some payloads) as the id
+        channel = _id_of(body.get("channel")) or str(container.get("channel_id") or "")
         ts = str(container.get("message_ts") or message.get("ts") or "")
         if not channel or not ts:
             return None
@@ -136,7 +141,7 @@ class SlackInbound:
             kind="button_pressed",
             platform=PLATFORM,
             chat_id=channel,
-            user_id=str((body.get("user") or {}).get("id") or ""),
+            user_id=_id_of(body.get("user")),
             message_id=ts,
             thread_id=str(thread_ts) if thread_ts and thread_ts != ts else None,
             event_id=f"action:{action.get('action_ts') or body.get('trigger_id') or ''}",
@@ -489,3 +494,10 @@ def _envelope(body: Any) -> dict[str, Any]:
         return {}
     fields = {key: body.get(key) for key in ("event_id", "team_id")}
     return {key: clean_text(value) for key, value in fields.items() if isinstance(value, str)}
+
+
+def _id_of(value: Any) -> str:
+    """The id of a reference Slack sends as an object with an `id` or as the bare id."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) else ""
