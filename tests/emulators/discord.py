@@ -1410,8 +1410,9 @@ class DiscordEmulator:
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
         """Send one DISPATCH (op 0) to the connected client (an INTERACTION_CREATE starts its
         interaction's answer clock)."""
-        if event == "INTERACTION_CREATE" and data.get("id") in self.interactions:
-            self.interactions[data["id"]].dispatched_at = time.monotonic()
+        interaction_id = data.get("id") if isinstance(data, dict) else None  # a fuzzed payload may be anything
+        if event == "INTERACTION_CREATE" and isinstance(interaction_id, str) and interaction_id in self.interactions:
+            self.interactions[interaction_id].dispatched_at = time.monotonic()
         self._seq += 1
         await self.send_raw(json.dumps({"op": 0, "t": event, "s": self._seq, "d": data}))
 

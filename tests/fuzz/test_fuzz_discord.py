@@ -49,6 +49,7 @@ def real_dispatches(emu: DiscordEmulator) -> list[tuple[str, dict[str, Any]]]:
         ("MESSAGE_REACTION_REMOVE", emu.reaction(first, emu.alice, "party:123")),
         ("THREAD_CREATE", thread("2400", CHANNEL_ID, "notes", discord_emulator.ALICE_ID, newly_created=True)),
         ("GUILD_MEMBER_REMOVE", {"guild_id": GUILD_ID, "user": user("7002", "carol")}),
+        ("INTERACTION_CREATE", emu.button_press(dm, "choice:1")),
     ]
 
 
