@@ -24,6 +24,8 @@ from typing import TypeVar
 import httpx
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 
+from .transport import never_sent
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -46,9 +48,9 @@ def surely_unsent(exc: TelegramError) -> bool:
         return True
     cause = exc.__cause__
     if isinstance(exc, TimedOut):
-        return isinstance(cause, (httpx.PoolTimeout, httpx.ConnectTimeout))
+        return never_sent(cause) or isinstance(cause, (httpx.PoolTimeout, httpx.ConnectTimeout))
     if isinstance(exc, NetworkError) and not isinstance(exc, BadRequest):
-        return isinstance(cause, httpx.ConnectError)
+        return never_sent(cause) or isinstance(cause, httpx.ConnectError)
     return False
 
 
