@@ -23,13 +23,16 @@ log = logging.getLogger(__name__)
 
 @cache
 def litellm_module() -> Any:
-    """Import litellm once, offline-safe, with the offline model registered."""
+    """Import litellm once, offline-safe, with the offline model registered and without the
+    per-call pricing and logging nobody here reads (see model_client)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
+    from botweave.model_client import quiet
     from botweave.offline_model import register
 
     litellm.suppress_debug_info = True
     register(litellm)
+    quiet(litellm)
     return litellm
 
 

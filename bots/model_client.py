@@ -1,0 +1,109 @@
+"""litellm without the per-call bookkeeping nobody reads.
+
+Every litellm call prices its answer (a model-map lookup, slow for a model litellm does not
+know) and queues a success-logging task that builds a full logging payload, whether or not any
+logging integration is configured; a streamed call does both again when the stream ends. That
+was about a third of the CPU of a turn. botweave reads neither (the footer shows the model and
+the time, not a price), so while no litellm callback, budget or cost reporting is configured,
+those steps are skipped. The check runs on every call: configure a callback (litellm.callbacks,
+success_callback, ...) at any time and litellm does all of it again, unchanged.
+
+Each step is replaced only where this litellm has it under the expected name; a litellm that
+moved one keeps doing that step (slower, never wrong). `quieted` says which were replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: litellm's lists of logging integrations; any entry means someone reads what a call logs.
+CALLBACK_LISTS = (
+    "callbacks",
+    "success_callback",
+    "failure_callback",
+    "input_callback",
+    "service_callback",
+    "audit_log_callbacks",
+    "_async_success_callback",
+    "_async_failure_callback",
+    "_async_input_callback",
+)
+
+_MARK = "__botweave_quiet__"
+
+
+def listening(litellm: Any) -> bool:
+    """Whether anything reads a call's cost or logging payload: an integration, a budget, or
+    costs reported in streamed usage."""
+    if any(getattr(litellm, name, None) for name in CALLBACK_LISTS):
+        return True
+    return bool(getattr(litellm, "max_budget", 0)) or bool(getattr(litellm, "include_cost_in_streaming_usage", False))
+
+
+def _unless_listening(litellm: Any, original: Callable[..., Any], quiet: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def step(*args: Any, **kwargs: Any) -> Any:
+        if listening(litellm):
+            return original(*args, **kwargs)
+        return quiet(*args, **kwargs)
+
+    setattr(step, _MARK, True)
+    return step
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+async def _nothing_async(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def quiet(litellm: Any) -> list[str]:
+    """Skip pricing and success logging while nobody listens; returns the steps replaced."""
+    replaced: list[str] = []
+    targets: list[tuple[Any, str, Callable[..., Any]]] = []
+    try:
+        from litellm import utils
+        from litellm.litellm_core_utils.litellm_logging import Logging
+    except ImportError:  # a litellm laid out differently: leave it as it is
+        log.debug("litellm's logging internals not found; every call keeps its bookkeeping")
+        return replaced
+    targets = [
+        (Logging, "response_cost_calculator", _nothing),  # pricing, on every answer
+        (Logging, "async_success_handler", _nothing_async),  # the logging payload, per call
+        (Logging, "dispatch_success_handlers", _nothing_async),  # the same at the end of a stream
+        (utils, "dispatch_success_logging", _nothing),  # queueing that task at all
+    ]
+    for owner, name, stand_in in targets:
+        original = getattr(owner, name, None)
+        if not callable(original):
+            continue
+        if not getattr(original, _MARK, False):
+            setattr(owner, name, _unless_listening(litellm, original, stand_in))
+        replaced.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    return replaced
+
+
+def quieted(litellm: Any) -> list[str]:
+    """The steps currently replaced (for tests and `botweave check`-style diagnostics)."""
+    found: list[str] = []
+    try:
+        from litellm import utils
+        from litellm.litellm_core_utils.litellm_logging import Logging
+    except ImportError:
+        return found
+    for owner, name in (
+        (Logging, "response_cost_calculator"),
+        (Logging, "async_success_handler"),
+        (Logging, "dispatch_success_handlers"),
+        (utils, "dispatch_success_logging"),
+    ):
+        if getattr(getattr(owner, name, None), _MARK, False):
+            found.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    return found
