@@ -261,6 +261,8 @@ class ReplyChannel:
     adapter: Adapter
     origin: BotMessage
     config: BotConfig
+    #: The reply being streamed, once `stream_text` started it (its edits show the bot at work).
+    stream: StreamingReply | None = field(default=None, init=False)
 
     @property
     def chat_id(self) -> str:
@@ -327,7 +329,7 @@ class ReplyChannel:
     ) -> Delivered:
         """Stream a reply by editing; the streamed message becomes the final reply. `tools`
         is read once the stream ended (a turn learns which tools it used as it goes)."""
-        stream = self.streaming_reply()
+        stream = self.stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
         try:

@@ -2,10 +2,11 @@
 
 Every litellm call prices its answer (a model-map lookup, slow for a model litellm does not
 know) and queues a success-logging task that builds a full logging payload, whether or not any
-logging integration is configured; a streamed call does both again when the stream ends. That
-was about a third of the CPU of a turn. botweave reads neither (the footer shows the model and
-the time, not a price), so while no litellm callback, budget or cost reporting is configured,
-those steps are skipped. The check runs on every call: configure a callback (litellm.callbacks,
+logging integration is configured. A streamed call, once its last chunk is out, also assembles
+the whole response again in a worker thread, counting tokens with tiktoken when the provider
+sent no usage, to price and log it. That was about a third of the CPU of a turn. botweave reads
+none of it (the footer shows the model and the time, not a price), so while no litellm
+callback, budget, cache or cost reporting is configured, those steps are skipped. The check runs on every call: configure a callback (litellm.callbacks,
 success_callback, ...) at any time and litellm does all of it again, unchanged.
 
 Each step is replaced only where this litellm has it under the expected name; a litellm that
@@ -42,7 +43,11 @@ def listening(litellm: Any) -> bool:
     costs reported in streamed usage."""
     if any(getattr(litellm, name, None) for name in CALLBACK_LISTS):
         return True
-    return bool(getattr(litellm, "max_budget", 0)) or bool(getattr(litellm, "include_cost_in_streaming_usage", False))
+    return (
+        bool(getattr(litellm, "max_budget", 0))
+        or bool(getattr(litellm, "include_cost_in_streaming_usage", False))
+        or getattr(litellm, "cache", None) is not None
+    )
 
 
 def _unless_listening(litellm: Any, original: Callable[..., Any], quiet: Callable[..., Any]) -> Callable[..., Any]:
@@ -64,6 +69,21 @@ async def _nothing_async(*args: Any, **kwargs: Any) -> None:
     return None
 
 
+def _quiet_stream_end(litellm: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    """A stream that delivered its last chunk ends right away, unless its caller asked for
+    usage (`stream_options`) or someone listens; the provider's stream is closed as usual."""
+
+    @functools.wraps(original)
+    async def finish(stream: Any, *args: Any, **kwargs: Any) -> Any:
+        if listening(litellm) or not getattr(stream, "sent_last_chunk", False) or getattr(stream, "send_stream_usage", True):
+            return await original(stream, *args, **kwargs)
+        await stream.aclose()
+        raise StopAsyncIteration
+
+    setattr(finish, _MARK, True)
+    return finish
+
+
 def quiet(litellm: Any) -> list[str]:
     """Skip pricing and success logging while nobody listens; returns the steps replaced."""
     replaced: list[str] = []
@@ -71,6 +91,7 @@ def quiet(litellm: Any) -> list[str]:
     try:
         from litellm import utils
         from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
     except ImportError:  # a litellm laid out differently: leave it as it is
         log.debug("litellm's logging internals not found; every call keeps its bookkeeping")
         return replaced
@@ -87,6 +108,11 @@ def quiet(litellm: Any) -> list[str]:
         if not getattr(original, _MARK, False):
             setattr(owner, name, _unless_listening(litellm, original, stand_in))
         replaced.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    finish = getattr(CustomStreamWrapper, "_finalize_completed_stream", None)
+    if callable(finish):
+        if not getattr(finish, _MARK, False):
+            CustomStreamWrapper._finalize_completed_stream = _quiet_stream_end(litellm, finish)
+        replaced.append("CustomStreamWrapper._finalize_completed_stream")
     return replaced
 
 
@@ -96,6 +122,7 @@ def quieted(litellm: Any) -> list[str]:
     try:
         from litellm import utils
         from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
     except ImportError:
         return found
     for owner, name in (
@@ -103,6 +130,7 @@ def quieted(litellm: Any) -> list[str]:
         (Logging, "async_success_handler"),
         (Logging, "dispatch_success_handlers"),
         (utils, "dispatch_success_logging"),
+        (CustomStreamWrapper, "_finalize_completed_stream"),
     ):
         if getattr(getattr(owner, name, None), _MARK, False):
             found.append(f"{getattr(owner, '__name__', owner)}.{name}")

@@ -36,6 +36,11 @@ class StreamingReply:
     _shown: list[str] = field(default_factory=list)  # text currently visible in each message
     _last_write: float = float("-inf")
 
+    @property
+    def last_write(self) -> float:
+        """When the stream last changed what people see (`clock` time; -inf before its first post)."""
+        return self._last_write
+
     async def update(self, text: str) -> None:
         """Show the text streamed so far; writes to the platform only when the interval allows."""
         if not text.strip():

@@ -52,12 +52,17 @@ class TypingIndicator:
     and each indicator is a platform call. Once shown, it is renewed every
     `adapter.typing_interval_s` until `stop`.
 
+    A streamed reply that is being written shows the bot at work by itself: no indicator is
+    sent while the stream wrote within the last `typing_interval_s` (the indicator fills the
+    silences, such as tool calls between two streamed passages).
+
     A call once started is never cancelled: cancelling an HTTP request in flight can cost its
     pooled connection (some clients even lose track of it), so `stop` only keeps new calls from
     starting and lets the one in flight finish.
     """
 
     def __init__(self, reply: ReplyChannel) -> None:
+        self._reply = reply
         self._adapter = reply.adapter
         self._chat_id = reply.chat_id
         self._thread_id = reply.origin.thread_id
@@ -87,12 +92,17 @@ class TypingIndicator:
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
+        interval = self._adapter.typing_interval_s
         while not self._stopped:
-            await self._adapter.typing(self._chat_id, thread_id=self._thread_id)  # never raises
-            if self._stopped:
-                return
+            stream = self._reply.stream
+            quiet_for = time.monotonic() - stream.last_write if stream is not None else interval
+            if quiet_for >= interval:
+                await self._adapter.typing(self._chat_id, thread_id=self._thread_id)  # never raises
+                if self._stopped:
+                    return
+                quiet_for = 0.0
             pause = self._pause = loop.create_future()
-            wake = loop.call_later(self._adapter.typing_interval_s, _resolve, pause)
+            wake = loop.call_later(interval - quiet_for, _resolve, pause)
             try:
                 await pause
             finally:

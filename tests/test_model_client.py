@@ -55,6 +55,7 @@ def test_every_bookkeeping_step_of_this_litellm_is_covered():
         "Logging.async_success_handler",
         "Logging.dispatch_success_handlers",
         "litellm.utils.dispatch_success_logging",
+        "CustomStreamWrapper._finalize_completed_stream",
     }
 
 

@@ -37,9 +37,10 @@ async def llm() -> AsyncIterator[OpenAIEmulator]:
 
 
 async def telegram_app(
-    start_app: StartApp, emu: TelegramEmulator, llm: OpenAIEmulator, typing: dict[str, Any] | None = None
+    start_app: StartApp, emu: TelegramEmulator, llm: OpenAIEmulator, typing: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> Any:
-    section = {"unknown_user_policy": "allow", **adapter_config(emu)}
+    section = {"unknown_user_policy": "allow", **adapter_config(emu), **settings}
     if typing is not None:
         section["typing"] = typing
     return await start_app(
@@ -186,3 +187,19 @@ async def test_a_turn_that_ends_before_the_delay_leaves_no_timer_behind():
         assert adapter.typings == 0
     finally:
         await app.stop()
+
+
+async def test_a_streamed_reply_being_written_needs_no_typing(start_app, telegram_emulator, llm):
+    emu = telegram_emulator
+    await telegram_app(start_app, emu, llm, {"mode": "auto", "delay_ms": 200}, streaming=True)
+    emu.push_message(emu.private_chat(ANN), ANN, "warm up")  # the first turn loads the model client
+    await answered(emu)
+    await asyncio.sleep(1.2)  # the warm-up's stream has ended
+    before = len(emu.calls_to("sendChatAction"))
+    # Silent for 0.6 s, then 6 s of words: longer than Telegram's 4 s between renewals.
+    llm.queue_text("slow to start, then streamed word by word for a while", delay=0.6, chunks=12, chunk_delay=0.5)
+    emu.push_message(emu.private_chat(ANN), ANN, "stream it")
+    await answered(emu, 2)
+    await wait_until(lambda: emu.current(1, emu.sent(1)[-1]["message_id"])["text"].endswith("a while"), timeout=30,
+                     what="the stream to end")
+    assert len(emu.calls_to("sendChatAction")) == before + 1  # only for the silence before the first words
