@@ -5,7 +5,8 @@ within Slack's 3 seconds before any listener runs); bolt hands every event to
 `inbound.SlackInbound`, which hands each post on once however often Slack delivers it.
 Sending goes through slack_sdk's `AsyncWebClient` (`outbound.SlackOutbound`), whose
 `AsyncRateLimitErrorRetryHandler` waits out `Retry-After` on HTTP 429. This module builds the
-clients, logs in and runs the chosen receiving mode.
+clients, logs in and runs the chosen receiving mode. The clients share one aiohttp session:
+without one, slack_sdk opens a session, and a new connection, for every Web API call.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from collections import Counter
 from typing import Any
 
+import aiohttp
 from aiohttp import ClientConnectorError, web
 from botweave.adapter import Adapter, PlatformRejected
 from botweave.types import BotUser, PlatformCapabilities
@@ -40,6 +42,8 @@ DEFAULT_API_BASE = "https://slack.com/api/"
 SOCKET_CONNECT_TIMEOUT_S = 30.0
 RATE_LIMIT_RETRIES = 3
 API_TIMEOUT_S = 30
+#: Connections kept to the Web API; calls beyond it wait for a free one, first come first served.
+POOL_SIZE = 64
 
 
 class SlackAdapter(Adapter):
@@ -68,6 +72,7 @@ class SlackAdapter(Adapter):
         self._bolt: AsyncApp | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
         self.http_port: int | None = None  # the port the Events API endpoint listens on
         #: Inbound counters (received, duplicate, dispatched, settled): cheap to keep, and how
         #: an operator or a test tells "Slack never sent it" from "we dropped it".
@@ -81,6 +86,9 @@ class SlackAdapter(Adapter):
         A send-only instance (a worker answering from the shared stream) opens no Socket Mode
         connection and no HTTP port: one receiving instance per app is what Slack expects.
         """
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_S), connector=aiohttp.TCPConnector(limit=POOL_SIZE)
+        )
         client = self._web_client("default")
         bot_id = await self._login(client)
         directory = SlackDirectory(self._web_client("lookup"))
@@ -107,6 +115,9 @@ class SlackAdapter(Adapter):
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def _web_client(self, purpose: str) -> AsyncWebClient:
         """A Web API client on `api_base_url`, with retries that suit what it is used for.
@@ -129,6 +140,7 @@ class SlackAdapter(Adapter):
             base_url=base_url if base_url.endswith("/") else base_url + "/",
             timeout=API_TIMEOUT_S,
             retry_handlers=handlers,
+            session=self._session,
         )
 
     async def _login(self, client: AsyncWebClient) -> str | None:
