@@ -16,6 +16,7 @@ from botweave.types import (
     BotUser,
     MessageActionResult,
     MessageType,
+    OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
     QuotedRef,
@@ -24,6 +25,6 @@ from botweave.version import __version__
 
 __all__ = [
     "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Config", "ConfigError", "HookEvent",
-    "HookRegistry", "MessageActionResult", "MessageType", "PlatformCapabilities", "PlatformEvent",
+    "HookRegistry", "MessageActionResult", "MessageType", "OutboundFile", "PlatformCapabilities", "PlatformEvent",
     "QuotedRef", "ToolContext", "ToolError", "TurnOutcome", "load_config", "tool", "__version__",
 ]

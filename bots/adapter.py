@@ -7,23 +7,36 @@ platforms that need a fast acknowledgement get one. Its outbound part (`Outbound
 platform's calls.
 
 The outbound actions follow python-telegram-bot's `BaseRequest`: the public methods here
-(`send`, `edit`, `delete`, `react`, `send_as`, `send_direct`) hold every rule once — nothing is
-routable before `start`, empty text is never posted, a missing capability is `unsupported`, an
-agent the platform cannot post as gets its name in front of the text — then call the platform's
-primitive, which only makes the request, and turn whatever it raises into a
+(`send`, `edit`, `delete`, `react`, `send_as`, `send_direct`, `send_file`) hold every rule once
+— nothing is routable before `start`, empty text is never posted, a missing capability is
+`unsupported`, an agent the platform cannot post as gets its name in front of the text, a
+caption longer than the platform allows continues in messages after the file — then call the
+platform's primitive, which only makes the request, and turn whatever it raises into a
 `MessageActionResult` through that platform's one `classify` hook. So every outcome is a typed
-result, and one failed action never stops a turn.
+result, and one failed action never stops a turn. Being the one path, it is also where every
+action is counted (`botweave_outbound_total`).
+
+Files people send are read the same way round: `download` holds the size rule (the size the
+platform declares is checked before a byte is fetched, and the bytes are counted again as they
+arrive, so a file that lies about its size is cut off at the limit and never held whole) and
+the platform's `read_file` only streams the bytes through its own API with its own
+credentials. The URLs involved may carry a token; they stay inside the adapter.
+
+For operators, each platform also answers two questions: is it connected right now
+(`readiness`, behind `/readyz`), and do its credentials and settings work (`diagnose`, behind
+`botweave doctor`, which makes one real call without starting to receive).
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from botweave.config import PlatformConfig
+from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
 from botweave.types import (
     ActionStatus,
@@ -31,6 +44,7 @@ from botweave.types import (
     BotMessage,
     BotUser,
     MessageActionResult,
+    OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
 )
@@ -39,12 +53,31 @@ InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 #: How a failed platform call reads: its status and a short reason in the platform's words.
 Outcome = tuple[ActionStatus, str]
 
+#: How a send whose outcome is unknown (the process died, or the answer never came back) is
+#: settled without showing the message twice:
+#:   "key"    - the platform drops a repeat that carries the same key (`send_keyed`);
+#:   "lookup" - a post carries its key and can be found in the conversation (`find_sent`);
+#:   "none"   - neither: the only way not to lose it is to send it again.
+Idempotency = Literal["none", "key", "lookup"]
+
 log = logging.getLogger(__name__)
 
 
 class PlatformRejected(RuntimeError):
     """The platform refused to let us in for a reason that trying again cannot fix (a
     rejected token, a missing permission); the message says what to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One line of `botweave doctor`: what was checked, whether it passed, what was found,
+    and (when it did not pass) what to change. `skipped` checks count as neither."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    skipped: bool = False
 
 
 class ActionError(Exception):
@@ -55,6 +88,37 @@ class ActionError(Exception):
         super().__init__(detail)
         self.status: ActionStatus = status
         self.detail = detail
+
+
+class FileTooLarge(Exception):
+    """A file is over the size limit: as declared (`size` is then its size), or `counted`
+    while it arrived (`size` is then how far the count got before reading stopped)."""
+
+    def __init__(self, size: int | None, limit: int, detail: str = "", *, counted: bool = False) -> None:
+        super().__init__(detail or f"{size} bytes, over the limit of {limit}")
+        self.size = size
+        self.limit = limit
+        self.counted = counted
+
+
+class FileUnavailable(Exception):
+    """A file could not be fetched; the message says why in words safe to log and show (it
+    never contains the URL, which may carry a token)."""
+
+
+class ByteLimit:
+    """The size rule of one download, handed to the platform's `read_file` so that a size
+    the platform declares on the way (getFile's `file_size`, a Content-Length) is checked
+    before the bytes are fetched."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+
+    def declared(self, size: object) -> None:
+        """Refuse a file whose declared size is over the limit; an unknown size passes (the
+        bytes are counted anyway)."""
+        if isinstance(size, int) and not isinstance(size, bool) and size > self.max_bytes:
+            raise FileTooLarge(size, self.max_bytes)
 
 
 class NoIdentity(Exception):
@@ -81,6 +145,17 @@ class Outbound(ABC):
     async def delete(self, chat_id: str, message_id: str) -> None:
         raise ActionError("unsupported", "delete: not supported")
 
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """`send` tagged with a key the platform can recognise (only "key" and "lookup"
+        platforms use it)."""
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None, since: float) -> str | None:
+        """The message posted under `key`, for "lookup" platforms; the rest cannot tell."""
+        return None
+
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         raise ActionError("unsupported", "react: not supported")
 
@@ -93,6 +168,19 @@ class Outbound(ABC):
         """Post under the agent's own name and picture; raise `NoIdentity` where that is impossible."""
         raise NoIdentity
 
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """Post one file with a caption already within the platform's caption limit."""
+        raise ActionError("unsupported", "send_file: not supported")
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        """Stream the bytes of an inbound attachment (one of `BotMessage.attachments`) through
+        the platform's API with the bot's credentials; report a size the platform declares on
+        the way to `limit`. The caller counts the bytes and stops reading at the limit."""
+        raise ActionError("unsupported", "this platform has no files to read")
+        yield b""  # a generator, like the platforms' own
+
     async def direct_chat(self, user_id: str) -> str:
         """The chat that reaches this user privately; on most platforms the user id itself."""
         return user_id
@@ -103,10 +191,17 @@ class Outbound(ABC):
     async def end_reply(self, chat_id: str, message_ids: list[str]) -> None:
         """A reply is complete (its streamed edits included)."""
 
+    def retryable(self, exc: Exception) -> bool:
+        """Whether another attempt may succeed: no answer came back, or the platform failed
+        on its side. A refusal the platform spelled out (blocked, forbidden, bad request)
+        would only be refused again."""
+        return not isinstance(exc, ActionError)
+
     @abstractmethod
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Read a failed call. `action` is `send` for anything that posts a new message (such a
-        post may have been delivered and is never repeated), else `edit`, `delete` or `react`."""
+        post may have been delivered: only a keyed send through delivery is ever repeated),
+        else `edit`, `delete` or `react`."""
 
 
 class Adapter(ABC):
@@ -120,12 +215,17 @@ class Adapter(ABC):
     emits: frozenset[str] = frozenset()
     #: How often the runtime renews the typing indicator while a turn runs.
     typing_interval_s: ClassVar[float] = 4.0
+    #: What the platform offers to settle a send of unknown outcome (see `Idempotency`).
+    idempotency: ClassVar[Idempotency] = "none"
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
         self.self_user: BotUser | None = None  # known once start() has logged in
         #: The platform's calls; set by start() once the platform accepted the bot, cleared by stop().
         self.outbound: Outbound | None = None
+        #: Set when the connection ended for good after start (a refusal, a conflict that
+        #: retrying cannot fix): the process should stop and say so.
+        self.failure: str | None = None
         self._sink: InboundSink | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -137,6 +237,26 @@ class Adapter(ABC):
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+    @property
+    def mode(self) -> str:
+        """How this platform receives (polling, webhook, socket, gateway...), for the log line
+        that says it connected."""
+        return str(getattr(self.config, "mode", "") or "")
+
+    async def readiness(self) -> str | None:
+        """Why this platform cannot serve right now, or None when it can. The base knows only
+        whether it is started; a platform that holds a connection says whether it is up (a
+        socket connected, a poll answered lately). Must answer quickly and never raise."""
+        if self.failure:
+            return self.failure
+        return None if self.outbound is not None else "not started"
+
+    async def diagnose(self) -> list[Check]:
+        """Check the credentials with one real call (without starting to receive) and the
+        settings that only fail at run time (webhook URLs, say). Each problem is a failed
+        `Check` whose `fix` names the setting; nothing raises."""
+        return [Check(self.platform, True, "nothing to check")]
 
     def secret(self, field: str) -> str:
         """A credential of this platform's bot.yaml section as text; an empty one is an error
@@ -195,6 +315,35 @@ class Adapter(ABC):
             "send", chat_id, lambda out: out.send(chat_id, text, thread_id=thread_id, reply_to=reply_to), text=text
         )
 
+    async def send_keyed(
+        self,
+        chat_id: str,
+        text: str,
+        *,
+        key: str,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """`send`, tagged with `key`: the same chunk of the same reply carries the same key in
+        every attempt, in every process, so a platform with `idempotency` "key" or "lookup"
+        can tell a repeat (see docs/delivery.md)."""
+        return await self._perform(
+            "send",
+            chat_id,
+            lambda out: out.send_keyed(chat_id, text, key=key, thread_id=thread_id, reply_to=reply_to),
+            text=text,
+        )
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None = None, since: float) -> str | None:
+        """The id of the message posted earlier under `key` (by `send_keyed`, no earlier than
+        `since`, a Unix time), or None when the conversation has no such message. Raises when
+        the platform cannot be asked (not started, or the lookup failed): the caller must then
+        not assume the message is missing."""
+        out = self.outbound
+        if out is None:
+            raise RuntimeError(f"find_sent: the {self.platform} adapter is not started")
+        return await out.find_sent(chat_id, key, thread_id=thread_id, since=since)
+
     async def edit(
         self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
     ) -> MessageActionResult:
@@ -244,8 +393,72 @@ class Adapter(ABC):
         async def open_chat(out: Outbound) -> None:
             opened.append(await out.direct_chat(user_id))
 
-        result = await self._perform("send", user_id, open_chat, text=text)
-        return await self.send(opened[0], text) if result.ok else result
+        result = await self._perform("send", user_id, open_chat, text=text, counted=False)
+        if not result.ok:
+            self._count("send", result.status)  # the message never went out: a failed send
+            return result
+        return await self.send(opened[0], text)
+
+    async def send_file(
+        self,
+        chat_id: str,
+        file: OutboundFile,
+        *,
+        caption: str = "",
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> MessageActionResult:
+        """Post a file. The caption goes with it up to the platform's caption limit and goes on
+        in plain messages after it; `message_id` is the file's message, `message_ids` all of
+        them."""
+        caps = self.capabilities
+        if not file.data:
+            return MessageActionResult("failed", chat_id, "send_file: the file is empty")
+        pieces = chunk_text(caption, caps.caption_limit, caps.length_unit) if caption.strip() else []
+        first = pieces[0] if pieces else ""
+        result = await self._perform(
+            "send",
+            chat_id,
+            lambda out: out.send_file(chat_id, file, caption=first, thread_id=thread_id, reply_to=reply_to),
+        )
+        ids = [result.message_id] if result.message_id else []
+        for piece in pieces[1:]:
+            if not result.ok:
+                break
+            more = await self.send(chat_id, piece, thread_id=thread_id)
+            if not more.ok:
+                return MessageActionResult(more.status, chat_id, more.detail, result.message_id, tuple(ids))
+            if more.message_id:
+                ids.append(more.message_id)
+        return MessageActionResult(result.status, chat_id, result.detail, result.message_id, tuple(ids))
+
+    async def download(self, ref: Mapping[str, Any], max_bytes: int) -> bytes:
+        """The bytes of an inbound attachment, never more than `max_bytes`: `FileTooLarge` when
+        the declared size or the bytes themselves go over it, `FileUnavailable` for any other
+        failure (in words safe to show; never the URL)."""
+        out = self.outbound
+        if out is None:
+            raise FileUnavailable(f"the {self.platform} adapter is not started")
+        limit = ByteLimit(max_bytes)
+        limit.declared(ref.get("size"))
+        data = bytearray()
+        chunks = out.read_file(ref, limit)
+        try:
+            async for chunk in chunks:
+                if len(data) + len(chunk) > max_bytes:
+                    raise FileTooLarge(
+                        len(data) + len(chunk), max_bytes, "more bytes arrived than the limit allows", counted=True
+                    )
+                data += chunk
+        except (FileTooLarge, FileUnavailable):
+            raise
+        except ActionError as exc:
+            raise FileUnavailable(exc.detail) from None
+        except Exception as exc:
+            raise FileUnavailable(out.classify(exc, "download")[1]) from None
+        finally:
+            await chunks.aclose()
+        return bytes(data)
 
     async def typing(self, chat_id: str, *, thread_id: str | None = None) -> None:
         """Show the typing indicator once; the runtime renews it every `typing_interval_s`.
@@ -309,8 +522,27 @@ class Adapter(ABC):
         text: str | None = None,
         message_id: str | None = None,
         capable: bool = True,
+        counted: bool = True,
     ) -> MessageActionResult:
         """The template every outbound action runs through; see the module docstring."""
+        result = await self._attempt(action, target, call, text=text, message_id=message_id, capable=capable)
+        if counted:
+            self._count(action, result.status)
+        return result
+
+    def _count(self, action: str, result: str) -> None:
+        OUTBOUND.labels(self.platform, action, result).inc()
+
+    async def _attempt(
+        self,
+        action: str,
+        target: str,
+        call: Callable[[Outbound], Awaitable[str | None]],
+        *,
+        text: str | None,
+        message_id: str | None,
+        capable: bool,
+    ) -> MessageActionResult:
         out = self.outbound
         if out is None:
             return MessageActionResult("no_route", target, f"{action}: the {self.platform} adapter is not started")
@@ -318,6 +550,7 @@ class Adapter(ABC):
             return MessageActionResult("unsupported", target, f"{self.platform} cannot {action}")
         if text is not None and not text.strip():
             return MessageActionResult("failed", target, "empty message")
+        retryable = False
         try:
             made = await call(out)
         except NoIdentity:
@@ -326,11 +559,14 @@ class Adapter(ABC):
             status, detail = exc.status, exc.detail
         except Exception as exc:
             status, detail = out.classify(exc, action)
+            retryable = status == "failed" and out.retryable(exc)
         else:
             return MessageActionResult("ok", target, message_id=made if made is not None else message_id)
         if status != "ok":
             log.info("%s: %s in %s: %s (%s)", self.platform, action, target, status, detail)
-        return MessageActionResult(status, target, detail, message_id=message_id if status == "ok" else None)
+        return MessageActionResult(
+            status, target, detail, message_id=message_id if status == "ok" else None, retryable=retryable
+        )
 
 
 @dataclass(frozen=True, slots=True)

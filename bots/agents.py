@@ -6,17 +6,24 @@ otherwise slow `botweave --help` and every `import bots`.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import json
 import logging
+import mimetypes
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
-from botweave.store import Store
+from botweave.metrics import model_call
+from botweave.store import Append, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
+from botweave.types import OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,40 @@ def litellm_module() -> Any:
     register(litellm)
     quiet(litellm)
     return litellm
+
+
+_imported = False
+
+
+async def load_litellm() -> Any:
+    """litellm, imported in a worker thread the first time: the import takes seconds, and an
+    event loop blocked that long freezes everything else the process serves (a terminal's
+    prompt, health checks, other conversations)."""
+    global _imported
+    if not _imported:
+        await asyncio.to_thread(litellm_module)
+        _imported = True
+    return litellm_module()
+
+
+def _usage(response: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens a response or stream chunk reports; zeros when it has none."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+@cache
+def _reports_stream_usage(litellm: Any, model: str) -> bool:
+    """Whether litellm can ask this model's provider for token counts at the end of a stream
+    (`stream_options`); a provider that does not know the option would refuse the request."""
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return bool(supported) and "stream_options" in supported
 
 
 class AgentError(RuntimeError):
@@ -69,16 +110,23 @@ class History:
 
     async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
         """Record messages one item each (nothing in them refers to another)."""
-        await self._store.list_append(
-            self.key(conversation),
-            *(json.dumps(e, ensure_ascii=False) for e in entries),
-            max_len=max(max_turns, 1),
-        )
+        op = self.append_op(conversation, max_turns, *entries)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_op(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> Append:
+        """The append as an operation, for a turn that commits it with its other effects."""
+        values = tuple(json.dumps(e, ensure_ascii=False) for e in entries)
+        return Append(self.key(conversation), values, max(max_turns, 1))
 
     async def append_turn(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> None:
         """Record one whole turn as one item, so it is kept or dropped whole."""
+        op = self.append_turn_op(conversation, max_turns, messages)
+        await self._store.list_append(op.key, *op.values, max_len=op.max_len)
+
+    def append_turn_op(self, conversation: str, max_turns: int, messages: Sequence[dict[str, Any]]) -> Append:
+        """The whole turn's append as an operation, for the commit that carries its effects."""
         item = json.dumps(list(messages), ensure_ascii=False)
-        await self._store.list_append(self.key(conversation), item, max_len=max(max_turns, 1))
+        return Append(self.key(conversation), (item,), max(max_turns, 1))
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))
@@ -173,6 +221,74 @@ def _calls_of(message: Any) -> list[ToolCall]:
 
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+#: A user turn as the model reads it: text, or OpenAI-style content parts (text and images).
+UserContent = str | list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class UserTurn:
+    """What an agent is given for one message: the text (words, transcripts, documents, markers
+    for what was not read), the images it may look at as content parts, and `record`, the
+    compact text history keeps instead of the bytes (None: the text itself)."""
+
+    text: str
+    images: tuple[dict[str, Any], ...] = ()
+    record: str | None = None
+
+    def content(self, prefix: str = "") -> UserContent:
+        text = prefix + self.text
+        if not self.images:
+            return text
+        words = [{"type": "text", "text": text}] if text.strip() else []
+        return [*words, *self.images]
+
+    def history(self, prefix: str = "") -> str:
+        return prefix + (self.text if self.record is None else self.record)
+
+
+def decode_data_url(url: str) -> tuple[str, bytes] | None:
+    """(type, bytes) of a base64 `data:` URL; None for anything else."""
+    if not url.startswith("data:") or "," not in url:
+        return None
+    header, payload = url[len("data:") :].split(",", 1)
+    parts = header.split(";")
+    if "base64" not in parts[1:]:
+        return None
+    try:
+        return (parts[0] or "application/octet-stream"), base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _image_url(item: Any) -> str:
+    """The URL of an image part, whether litellm handed it over as a dict or an object."""
+    image = item.get("image_url") if isinstance(item, dict) else getattr(item, "image_url", None)
+    if isinstance(image, dict):
+        return str(image.get("url") or "")
+    return str(getattr(image, "url", image) or "")
+
+
+def images_of(message: Any, found: list[OutboundFile]) -> None:
+    """Collect the images a model returned (litellm's `images`, or image parts of a list
+    content) as files; images given only by an http URL are not fetched."""
+    items = list(getattr(message, "images", None) or [])
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    for item in items:
+        decoded = decode_data_url(_image_url(item))
+        if decoded is None:
+            log.info("a model returned an image that is not a data: URL; not sent")
+            continue
+        mime, data = decoded
+        extension = mimetypes.guess_extension(mime, strict=False) or ".png"
+        found.append(OutboundFile(data, f"image-{len(found) + 1}{extension}", mime))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
 
 
 @dataclass
@@ -195,7 +311,7 @@ class Agent:
     def model(self) -> str:
         return self.config.model
 
-    def _messages(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn) -> list[dict[str, Any]]:
+    def _messages(self, history: list[dict[str, Any]], user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
         system = self.config.instructions
         note = turn.note() if self.tools else ""
         if note:
@@ -246,41 +362,69 @@ class Agent:
             messages.append(message)
             turn.messages.append(message)
 
-    async def complete(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None) -> str:
-        litellm = litellm_module()
+    async def complete(
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
+    ) -> str:
+        """The whole reply's text; images the model returns land in `images`."""
+        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
         for round_number in range(rounds + 1):
+            started = time.monotonic()
             try:
                 response = await litellm.acompletion(**self._request(messages, stream=False, last_round=round_number == rounds))
             except Exception as exc:
+                model_call(self.name, time.monotonic() - started)
                 raise self._failure(exc) from exc
+            model_call(self.name, time.monotonic() - started, *_usage(response))
             message = response.choices[0].message
             calls = _calls_of(message) if round_number < rounds else []
             if not calls:
-                text = message.content or ""
+                if images is not None:
+                    images_of(message, images)
+                text = _text_of(message.content)
                 return text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
             await self._run_round(messages, turn, message.content, calls)
         return ""  # not reached: the last round never runs calls
 
     async def stream(
-        self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None
+        self,
+        history: list[dict[str, Any]],
+        user_turn: UserContent,
+        turn: ToolTurn | None = None,
+        *,
+        images: list[OutboundFile] | None = None,
     ) -> AsyncIterator[str]:
-        litellm = litellm_module()
+        """The reply's text as it arrives; images the model returns land in `images`."""
+        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
+        usage = _reports_stream_usage(litellm, self.model)
         shown = False  # some text reached the person already
         for round_number in range(rounds + 1):
             text = ""
             calls = _StreamedCalls()
+            request = self._request(messages, stream=True, last_round=round_number == rounds)
+            if usage:
+                request["stream_options"] = {"include_usage": True}
+            started = time.monotonic()
+            tokens = (0, 0)
             try:
-                response = await litellm.acompletion(**self._request(messages, stream=True, last_round=round_number == rounds))
+                response = await litellm.acompletion(**request)
                 async for chunk in response:
+                    tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
                     delta = chunk.choices[0].delta if chunk.choices else None
                     if delta is None:
                         continue
+                    if images is not None:
+                        images_of(delta, images)
                     if delta.content:
                         if not text and shown:
                             yield ROUND_SEPARATOR
@@ -290,6 +434,8 @@ class Agent:
                         calls.add(delta.tool_calls)
             except Exception as exc:
                 raise self._failure(exc) from exc
+            finally:
+                model_call(self.name, time.monotonic() - started, *tokens)
             shown = shown or bool(text)
             made = calls.calls() if round_number < rounds else []
             if not made:

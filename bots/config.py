@@ -332,6 +332,87 @@ class ToolEntry(Section):
         return next(iter(self.mcp.items()))
 
 
+DEFAULT_ALLOW_MIME = ("image/*", "text/*", "application/pdf", "audio/*")
+_MIME_PATTERN = re.compile(r"^(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
+
+
+class TranscriptionConfig(Section):
+    """The speech-to-text model voice notes go through (litellm's transcription API); with no
+    model, voice notes reach the agent as a marker, not as words."""
+
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    api_key: Optional[SecretStr] = None
+
+
+class MediaConfig(Section):
+    """What the bot reads of the files people send, and where it may post files from."""
+
+    #: The largest file read or sent, checked against the size a platform declares and again
+    #: while the bytes arrive.
+    max_bytes: Annotated[int, Field(ge=1)] = 20_000_000
+    #: Files read per message; the rest are named in a notice, not read.
+    max_files: Annotated[int, Field(ge=0)] = 10
+    #: The types that are read at all (`image/*` wildcards allowed); others get a notice.
+    allow_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_MIME))
+    #: The most text taken from one document (text files, PDFs).
+    document_chars: Annotated[int, Field(ge=0)] = 20_000
+    #: The only folder `send_file` may post files from by path; unset, no path is allowed.
+    files_dir: Optional[str] = None
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
+
+    @field_validator("allow_mime", mode="before")
+    @classmethod
+    def _mime_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            return value
+        problems = []
+        patterns = []
+        for index, item in enumerate(value):
+            text = str(item).strip().lower()
+            if not _MIME_PATTERN.match(text):
+                problems.append(
+                    problem(
+                        (index,),
+                        f"{item!r} is not a MIME type; write type/subtype, e.g. image/png, image/* or application/pdf",
+                        item,
+                    )
+                )
+            patterns.append(text)
+        raise_problems(cls.__name__, problems)
+        return patterns
+
+    def merged(self, override: MediaOverrides | None) -> MediaConfig:
+        """These settings with an agent's own `media:` on top (only the keys it sets; a
+        `transcription:` there is merged key by key too)."""
+        if override is None:
+            return self
+        update = {name: getattr(override, name) for name in override.model_fields_set if name != "transcription"}
+        if override.transcription is not None:
+            fields = override.transcription.model_fields_set
+            update["transcription"] = self.transcription.model_copy(
+                update={name: getattr(override.transcription, name) for name in fields}
+            )
+        return self.model_copy(update=update)
+
+
+class MediaOverrides(Section):
+    """An agent's `media:`: any MediaConfig key, replacing the top-level value for that agent."""
+
+    max_bytes: Optional[Annotated[int, Field(ge=1)]] = None
+    max_files: Optional[Annotated[int, Field(ge=0)]] = None
+    allow_mime: Optional[list[str]] = None
+    document_chars: Optional[Annotated[int, Field(ge=0)]] = None
+    files_dir: Optional[str] = None
+    transcription: Optional[TranscriptionConfig] = None
+
+    _mime_patterns = field_validator("allow_mime", mode="before")(
+        MediaConfig._mime_patterns.__func__  # type: ignore[attr-defined]
+    )
+
+
 class AgentConfig(Section):
     model: str
     instructions: str = "You are a helpful assistant."
@@ -350,6 +431,21 @@ class AgentConfig(Section):
     display_name: Optional[str] = None
     avatar_url: Optional[str] = None
     icon_emoji: Optional[str] = None
+    #: Whether images reach the model as pictures: `auto` asks litellm whether the model has
+    #: vision; without it the agent reads a marker such as `[image image/png 12 KB]`.
+    vision: Union[bool, Literal["auto"]] = "auto"
+    #: This agent's own media settings, on top of the top-level `media:`.
+    media: Optional[MediaOverrides] = None
+
+    @field_validator("vision", mode="before")
+    @classmethod
+    def _vision(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value == "auto":
+            return value
+        text = str(value).strip().lower()
+        if text in ("auto", "true", "false"):
+            return text == "true" if text != "auto" else "auto"
+        raise ValueError(f"must be auto, true or false (got {value!r})")
 
 
 class RouteMatch(Section):
@@ -377,20 +473,30 @@ class RouteConfig(Section):
         return self
 
 
+#: The URL schemes a store can have (bots/store/url.py picks the backend).
+STORE_SCHEMES = ("sqlite://", "memory://", "redis://", "rediss://", "unix://")
+
+
 class StoreConfig(Section):
-    url: str = Field(default="memory://", repr=False)  # may carry a Redis password
+    # None: the default for how botweave runs. `botweave run` / `chat` use a SQLite file per
+    # configuration in the user state dir; an App built in code uses memory://.
+    url: Optional[str] = Field(default=None, repr=False)  # may carry a Redis password
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
     prefix: str = "botweave:default:"
+    # How long an operation inside a turn waits for a store that stopped answering (a
+    # failover, a slow fork, a busy file) before the turn fails.
+    outage_grace_seconds: Annotated[float, Field(ge=0)] = 60.0
     # Redis only: how long an unacknowledged inbound item waits before another worker takes
-    # it over, and the time-to-live of conversation and leader locks (renewed while held).
-    stream_lease_seconds: Annotated[float, Field(gt=0)] = 30.0
-    lock_ttl_seconds: Annotated[float, Field(gt=0)] = 15.0
+    # it over, and the time-to-live of conversation and leader locks (renewed every third of
+    # it while held).
+    stream_lease_seconds: Annotated[float, Field(gt=0)] = 10.0
+    lock_ttl_seconds: Annotated[float, Field(gt=0)] = 10.0
 
     @field_validator("url")
     @classmethod
-    def _known_scheme(cls, value: str) -> str:
-        if not value.startswith(("memory://", "redis://", "rediss://", "unix://")):
-            raise ValueError("must start with memory:// or redis:// (or rediss://, unix://)")
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(STORE_SCHEMES):
+            raise ValueError("must start with sqlite://, memory:// or redis:// (or rediss://, unix://)")
         return value
 
 

@@ -1,18 +1,25 @@
 """Delivery: the one way out. Every message the product posts (replies, room turns, pairing
-notices, notifications, what agents' tools post) leaves through here, so `message_sending` /
-`message_sent` hooks and the outbox see all of it, and every platform gets the same shaping.
-Agents' edits, deletions, reactions and new threads go through here too, so a hook that
-rewrites outgoing text sees an edit's text as well.
+notices, notifications, files, what agents' tools post) leaves through here, so
+`message_sending` / `message_sent` hooks and the outbox see all of it, and every platform gets
+the same shaping. Agents' edits, deletions, reactions and new threads go through here too, so
+a hook that rewrites outgoing text sees an edit's text as well.
 
-`Delivery.post` is the primitive: hooks, chunking to the platform's limit, one send per
-chunk (recorded in the outbox when the post has a key), hooks again. `ReplyChannel` is a
-turn's view of it: the reply to one inbound message, with the bot's silence, footer and
-streaming settings on top. See docs/architecture.md.
+`Delivery.post` is the primitive: `prepare` (hooks, chunking to the platform's limit), then
+`deliver` (one send per chunk, recorded in the outbox when the post has a key, hooks again).
+A turn keeps the two apart: it commits what `prepare` made together with its history, then
+delivers it, so a turn that runs again after a crash sends exactly what was committed.
+`ReplyChannel` is a turn's view of it: the reply to one inbound message, with the bot's
+silence, footer and streaming settings on top. See docs/architecture.md and docs/delivery.md.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
+import socket
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +29,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
 from botweave.streaming import StreamingReply
-from botweave.types import AgentIdentity, BotMessage, MessageActionResult
+from botweave.types import AgentIdentity, BotMessage, MessageActionResult, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +75,74 @@ class Destination:
         return f"{base}:{self.thread_id}" if self.thread_id else base
 
 
+#: Who wrote an intent: an unconfirmed one names the process that stopped mid-send.
+PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+#: Pauses before sending a keyed chunk again after a failed attempt in the same process.
+RESEND_PAUSES_S = (0.5, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A post made ready to send: the text after `message_sending` hooks, cut into the chunks
+    that go out. A turn commits this before its first send, so every later attempt (after a
+    crash, in another worker) sends exactly these chunks."""
+
+    text: str
+    chunks: tuple[str, ...]
+    silent: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps({"text": self.text, "chunks": list(self.chunks), "silent": self.silent}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, raw: str) -> Prepared:
+        data = json.loads(raw)
+        return cls(str(data["text"]), tuple(str(c) for c in data["chunks"]), bool(data.get("silent")))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """What the outbox knows of one chunk: it was about to be sent (`at`, a Unix time), or it
+    was sent (`message_id`)."""
+
+    sent: bool
+    at: float = 0.0
+    message_id: str | None = None
+
+
 @dataclass
 class Outbox:
-    """Remembers every chunk sent under a key, so a post that runs again after a crash never
-    sends a chunk twice. A chunk is claimed *before* it is sent: one whose send may have
-    reached the platform is never sent again."""
+    """An intent before and a confirmation after every keyed chunk.
+
+    A chunk with a confirmation is never sent again. A chunk with only an intent may or may
+    not have reached the platform (the sender died, or the answer was lost); `Delivery`
+    settles it the way the platform allows before sending it again."""
 
     store: Store
     ttl: float
 
-    async def claim(self, key: str) -> bool:
-        return await self.store.set_if_absent(key, "", ttl=self.ttl)
+    @staticmethod
+    def _key(chunk_key: str) -> str:
+        return f"outbox:{chunk_key}"
 
-    async def record(self, key: str, message_id: str) -> None:
-        await self.store.set(key, message_id, ttl=self.ttl)
+    async def record(self, chunk_key: str) -> ChunkRecord | None:
+        raw = await self.store.get(self._key(chunk_key))
+        if raw is None:
+            return None
+        data = json.loads(raw)
+        if data.get("s") == "sent":
+            return ChunkRecord(True, float(data.get("at") or 0), data.get("id"))
+        return ChunkRecord(False, float(data.get("at") or 0))
 
-    async def sent_id(self, key: str) -> str | None:
-        return (await self.store.get(key)) or None
+    async def intend(self, chunk_key: str) -> float:
+        at = time.time()
+        record = json.dumps({"s": "intent", "at": at, "by": PROCESS})
+        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
+        return at
+
+    async def confirm(self, chunk_key: str, message_id: str | None) -> None:
+        record = json.dumps({"s": "sent", "id": message_id, "at": time.time()})
+        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
 
 
 @dataclass
@@ -127,19 +185,40 @@ class Delivery:
         """Post `text` whole: `message_sending` hooks may rewrite or cancel it, then it goes
         out chunk by chunk. `key` names the post in the outbox (a turn's reply, say), so a
         retry of the same post sends only the chunks that never went out."""
-        delivered = Delivered()
+        prepared = await self.prepare(to, text, origin, identity=identity)
+        if prepared is None:
+            return Delivered(cancelled=True)
+        return await self.deliver(to, prepared, key=key, identity=identity, origin=origin)
+
+    async def prepare(
+        self, to: Destination, text: str, origin: BotMessage | None, *, identity: AgentIdentity | None = None
+    ) -> Prepared | None:
+        """Run `message_sending` hooks and cut the result into the platform's chunks; None
+        when a hook cancelled the post."""
         final = await self.before_send(to, text, origin)
         if final is None:
-            delivered.cancelled = True
-            return delivered
-        delivered.text = final
+            return None
         caps = to.adapter.capabilities
         limit = caps.max_message_length
         if identity is not None and limit is not None:
             # Each piece of an agent's turn carries its name where the platform cannot post
             # under it: leave the name room, so no piece is split again without it.
             limit -= measure(to.adapter.name_prefix(identity), caps.length_unit)
-        for index, chunk in enumerate(chunk_text(final, limit, caps.length_unit)):
+        return Prepared(final, tuple(chunk_text(final, limit, caps.length_unit)))
+
+    async def deliver(
+        self,
+        to: Destination,
+        prepared: Prepared,
+        *,
+        key: str | None = None,
+        identity: AgentIdentity | None = None,
+        origin: BotMessage | None = None,
+    ) -> Delivered:
+        """Send prepared chunks (those the outbox has not confirmed, when keyed), then run
+        `message_sent` hooks."""
+        delivered = Delivered(text=prepared.text)
+        for index, chunk in enumerate(prepared.chunks):
             result = await self.send_chunk(to, chunk, index, key=key, identity=identity)
             if result.ok and result.message_id is not None:
                 delivered.message_ids.append(result.message_id)
@@ -172,38 +251,130 @@ class Delivery:
         await self.after_send(to, delivered, None)
         return delivered
 
+    async def post_file(
+        self,
+        to: Destination,
+        file: OutboundFile,
+        *,
+        caption: str = "",
+        key: str | None = None,
+        origin: BotMessage | None = None,
+    ) -> Delivered:
+        """Post a file with a caption: `message_sending` hooks see the caption (and the file's
+        name, type and size) and may rewrite or cancel it; with a key the file is never posted
+        twice. The adapter cuts the caption to the platform's caption limit."""
+        delivered = Delivered()
+        final = await self.before_send(to, caption, origin, file=file)
+        if final is None:
+            delivered.cancelled = True
+            return delivered
+        delivered.text = final
+        file_key = f"{key}:file" if key is not None else None
+        outbox = self.outbox if file_key is not None else None
+        if outbox is not None and file_key is not None:
+            record = await outbox.record(file_key)
+            if record is not None and record.sent:
+                log.debug("%s: file %s of %s was already sent", to.adapter.platform, file.filename, key)
+                delivered.message_ids.extend((record.message_id or "").split(",") if record.message_id else [])
+                return delivered
+            # No platform can tell whether an earlier upload of this file went out: an
+            # unconfirmed one is sent again (at least once), like a Telegram message.
+            await outbox.intend(file_key)
+        result = await to.adapter.send_file(
+            to.chat_id, file, caption=final, thread_id=to.thread_id, reply_to=to.reply_to
+        )
+        delivered.message_ids.extend(result.message_ids or ((result.message_id,) if result.message_id else ()))
+        if not result.ok:
+            delivered.failures.append(result)
+            log.warning("%s: sending a file to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
+        elif outbox is not None and file_key is not None:
+            await outbox.confirm(file_key, ",".join(delivered.message_ids) or None)
+        await self.after_send(to, delivered, origin, file=file)
+        return delivered
+
     async def send_chunk(
         self, to: Destination, text: str, index: int, *, key: str | None = None, identity: AgentIdentity | None = None
     ) -> MessageActionResult:
-        """One platform message; with a key, never twice."""
-        chunk_key = f"{key}:{index}" if key is not None else None
-        if chunk_key is not None and self.outbox is not None and not await self.outbox.claim(chunk_key):
-            sent = await self.outbox.sent_id(chunk_key)
-            log.info("%s: chunk %s of %s was already sent; not sending it again", to.adapter.platform, index, key)
-            return MessageActionResult("ok", to.chat_id, "already sent", message_id=sent)
-        if identity is not None:
-            result = await to.adapter.send_as(identity, to.chat_id, text, thread_id=to.thread_id)
-        else:
-            result = await to.adapter.send(
-                to.chat_id, text, thread_id=to.thread_id, reply_to=to.reply_to if index == 0 else None
-            )
-        if chunk_key is not None and self.outbox is not None and result.ok and result.message_id is not None:
-            await self.outbox.record(chunk_key, result.message_id)
+        """One platform message. With a key: an intent before the send, a confirmation after
+        it, never sent again once confirmed, and an unconfirmed earlier attempt settled the
+        way the platform allows (see `Idempotency`) before sending again."""
+        outbox = self.outbox
+        if key is None or outbox is None:
+            return await self._send(to, text, index, identity, None)
+        chunk_key = f"{key}:{index}"
+        record = await outbox.record(chunk_key)
+        if record is not None and record.sent:
+            log.debug("%s: chunk %s of %s was already sent", to.adapter.platform, index, key)
+            return MessageActionResult("ok", to.chat_id, "already sent", message_id=record.message_id)
+        unsettled = record is not None  # an earlier attempt may have reached the platform
+        since = record.at if record is not None else await outbox.intend(chunk_key)
+        result = MessageActionResult("failed", to.chat_id, "not sent")
+        for pause in (0.0, *RESEND_PAUSES_S):
+            if pause:
+                await asyncio.sleep(pause)
+            if unsettled:
+                found = await self._settle(to, chunk_key, since)
+                if found is not None:
+                    await outbox.confirm(chunk_key, found)
+                    return MessageActionResult("ok", to.chat_id, "sent earlier", message_id=found)
+            result = await self._send(to, text, index, identity, chunk_key)
+            if result.ok:
+                await outbox.confirm(chunk_key, result.message_id)
+                return result
+            if not result.retryable:  # the platform refused it: nothing was posted, and would not be
+                break
+            unsettled = True
         return result
 
-    async def before_send(self, to: Destination, text: str, origin: BotMessage | None) -> str | None:
-        """`message_sending` hooks may rewrite the text or cancel the post (None)."""
+    async def _send(
+        self, to: Destination, text: str, index: int, identity: AgentIdentity | None, chunk_key: str | None
+    ) -> MessageActionResult:
+        adapter = to.adapter
+        if identity is not None:
+            return await adapter.send_as(identity, to.chat_id, text, thread_id=to.thread_id)
+        reply_to = to.reply_to if index == 0 else None
+        if chunk_key is not None and adapter.idempotency != "none":
+            return await adapter.send_keyed(to.chat_id, text, key=chunk_key, thread_id=to.thread_id, reply_to=reply_to)
+        return await adapter.send(to.chat_id, text, thread_id=to.thread_id, reply_to=reply_to)
+
+    async def _settle(self, to: Destination, chunk_key: str, since: float) -> str | None:
+        """The id of the chunk's message if an earlier attempt posted it and the platform can
+        say so; None means send it (again)."""
+        adapter = to.adapter
+        if adapter.idempotency == "key":
+            return None  # the platform itself drops the repeat
+        if adapter.idempotency == "lookup":
+            try:
+                return await adapter.find_sent(to.chat_id, chunk_key, thread_id=to.thread_id, since=since)
+            except Exception as exc:  # noqa: BLE001 - cannot tell: sending again beats losing it
+                log.warning(
+                    "%s: could not look up whether %s was posted (%s); sending it again",
+                    adapter.platform, chunk_key, exc,
+                )
+                return None
+        log.info(
+            "%s: %s may have been sent before the process stopped; the platform cannot tell, so it is sent again",
+            adapter.platform, chunk_key,
+        )
+        return None
+
+    async def before_send(
+        self, to: Destination, text: str, origin: BotMessage | None, *, file: OutboundFile | None = None
+    ) -> str | None:
+        """`message_sending` hooks may rewrite the text (a file's caption) or cancel the post (None)."""
         if not self.hooks.has("message_sending"):
             return text
-        event = await self.hooks.run(HookEvent("message_sending", _payload(to, text), message=origin, text=text))
+        event = await self.hooks.run(HookEvent("message_sending", _payload(to, text, file), message=origin, text=text))
         return None if event.denied or event.text is None else event.text
 
-    async def after_send(self, to: Destination, delivered: Delivered, origin: BotMessage | None) -> None:
+    async def after_send(
+        self, to: Destination, delivered: Delivered, origin: BotMessage | None, *, file: OutboundFile | None = None
+    ) -> None:
         await to.adapter.end_reply(to.chat_id, delivered.message_ids)
         if self.ledger is not None and delivered.message_ids:
             await self.ledger.record(to.adapter.platform, to.chat_id, delivered.message_ids)
         if self.hooks.has("message_sent"):
-            payload = _payload(to, delivered.text) | {"message_ids": list(delivered.message_ids)}
+            payload = _payload(to, delivered.text, file) | {"message_ids": list(delivered.message_ids)}
             await self.hooks.run(HookEvent("message_sent", payload, message=origin, text=delivered.text))
 
 
@@ -242,14 +413,17 @@ class Delivery:
         return result
 
 
-def _payload(to: Destination, text: str) -> dict[str, object]:
-    return {
+def _payload(to: Destination, text: str, file: OutboundFile | None = None) -> dict[str, object]:
+    payload: dict[str, object] = {
         "platform": to.adapter.platform,
         "chat_id": to.chat_id,
         "thread_id": to.thread_id,
         "reply_to": to.reply_to,
         "text": text,
     }
+    if file is not None:  # what hooks may know of a file: never its bytes
+        payload["file"] = {"filename": file.filename, "mime": file.mime, "size": file.size}
+    return payload
 
 
 @dataclass
@@ -272,11 +446,28 @@ class ReplyChannel:
     def destination(self) -> Destination:
         return Destination(self.adapter, self.chat_id, self.origin.thread_id, self.origin.message_id)
 
-    def _key(self, purpose: str) -> str:
+    def key(self, purpose: str) -> str:
+        """The outbox key of one post answering this message: the same in every attempt."""
         return f"out:{self.origin.platform}:{self.chat_id}:{self.origin.message_id}:{purpose}"
 
     def _final_text(self, text: str, model: str | None, seconds: float | None, tools: Sequence[str] = ()) -> str:
         return with_footer(text, format_footer(model, seconds, tools)) if self.config.footer else text
+
+    async def prepare(
+        self, text: str, *, model: str | None = None, seconds: float | None = None, tools: Sequence[str] = ()
+    ) -> Prepared | None:
+        """The reply as it will be sent (silence, footer, hooks, chunks); None when a hook
+        cancelled it."""
+        if is_silent(text, self.config.allow_silence, self.config.silence_token):
+            return Prepared("", (), silent=True)
+        final = self._final_text(text, model, seconds, tools)
+        return await self.delivery.prepare(self.destination, final, self.origin)
+
+    async def deliver(self, prepared: Prepared, *, purpose: str = "reply") -> Delivered:
+        """Send a prepared reply; chunks confirmed by an earlier attempt are not sent again."""
+        if prepared.silent:
+            return Delivered(silent=True)
+        return await self.delivery.deliver(self.destination, prepared, key=self.key(purpose), origin=self.origin)
 
     async def send_text(
         self,
@@ -288,10 +479,16 @@ class ReplyChannel:
         tools: Sequence[str] = (),
     ) -> Delivered:
         """Deliver a complete reply; the agent's silence token sends nothing."""
-        if is_silent(text, self.config.allow_silence, self.config.silence_token):
-            return Delivered(silent=True)
-        final = self._final_text(text, model, seconds, tools)
-        return await self.delivery.post(self.destination, final, key=self._key(purpose), origin=self.origin)
+        prepared = await self.prepare(text, model=model, seconds=seconds, tools=tools)
+        if prepared is None:
+            return Delivered(cancelled=True)
+        return await self.deliver(prepared, purpose=purpose)
+
+    async def send_file(self, file: OutboundFile, *, caption: str = "", purpose: str = "file") -> Delivered:
+        """Post a file into the conversation (an image the model drew, say), once per purpose."""
+        return await self.delivery.post_file(
+            self.destination, file, caption=caption, key=self.key(purpose), origin=self.origin
+        )
 
     def can_stream(self) -> bool:
         return self.config.streaming and self.adapter.capabilities.can_edit
@@ -299,7 +496,7 @@ class ReplyChannel:
     def streaming_reply(self) -> StreamingReply:
         caps = self.adapter.capabilities
         floor_ms = caps.edit_floor_for(self.origin.channel.channel_type)
-        to, key = self.destination, self._key("reply")
+        to, key = self.destination, self.key("reply")
 
         async def send(text: str, index: int) -> MessageActionResult:
             return await self.delivery.send_chunk(to, text, index, key=key)

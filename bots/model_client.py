@@ -111,7 +111,7 @@ def quiet(litellm: Any) -> list[str]:
     finish = getattr(CustomStreamWrapper, "_finalize_completed_stream", None)
     if callable(finish):
         if not getattr(finish, _MARK, False):
-            CustomStreamWrapper._finalize_completed_stream = _quiet_stream_end(litellm, finish)
+            setattr(CustomStreamWrapper, "_finalize_completed_stream", _quiet_stream_end(litellm, finish))
         replaced.append("CustomStreamWrapper._finalize_completed_stream")
     return replaced
 

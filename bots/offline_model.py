@@ -8,10 +8,13 @@ tests see exactly what the agent was given (attribution, quoted context and all)
 It can also call tools, so tools can be tried with no key: a user turn `call <tool>
 <json-args>` (say `call fetch_url {"url": "https://example.com"}`) is answered with that call
 when the agent offers the tool, and the tool's result is then answered with what it returned.
+It cannot see, so each image it is shown is described by its type and size (`[image image/png
+12 KB]`): with no key at all, a person can check that a photo reached the agent.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
@@ -19,6 +22,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from botweave.files import human_size
 from litellm import CustomLLM
 from litellm.types.llms.openai import ChatCompletionToolCallChunk, ChatCompletionToolCallFunctionChunk
 from litellm.types.utils import ChatCompletionMessageToolCall, Function, GenericStreamingChunk, ModelResponse
@@ -39,11 +43,28 @@ class Answer:
     arguments: str = "{}"
 
 
+def describe_image(part: dict[str, Any]) -> str:
+    """`[image image/png 12 KB]` for an image content part sent as a data: URL."""
+    image = part.get("image_url")
+    url = str(image.get("url", "") if isinstance(image, dict) else image or "")
+    if not url.startswith("data:") or "," not in url:
+        return "[image]"
+    header, payload = url[len("data:") :].split(",", 1)
+    mime = header.split(";", 1)[0] or "image"
+    try:
+        size = len(base64.b64decode(payload))
+    except ValueError:
+        return f"[image {mime}]"
+    return f"[image {mime} {human_size(size)}]"
+
+
 def echo_reply(agent: str, messages: list[dict[str, Any]]) -> str:
     user_turns = [m for m in messages if m.get("role") == "user"]
     turn = user_turns[-1].get("content", "") if user_turns else ""
-    if isinstance(turn, list):  # content parts
-        turn = " ".join(str(p.get("text", "")) for p in turn if isinstance(p, dict))
+    if isinstance(turn, list):  # content parts: the words, then what each image is
+        words = [str(p.get("text", "")) for p in turn if isinstance(p, dict) and p.get("type") == "text"]
+        images = [describe_image(p) for p in turn if isinstance(p, dict) and p.get("type") == "image_url"]
+        turn = " ".join(part for part in (*words, *images) if part)
     return f"{agent} (offline echo) heard: {turn}"
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from botweave.adapter import Adapter
+from botweave.agents import UserTurn
 from botweave.config import BotConfig
 from botweave.delivery import Delivered, ReplyChannel
 from botweave.router import Target, conversation_key
@@ -74,6 +75,8 @@ class Inbound:
     target: Target | None
     #: Set by group gating: record the message in history, answer nothing.
     observe_only: bool = False
+    #: Set by the media step: what the agent reads of the message's files (None: its text).
+    turn: UserTurn | None = None
 
     @property
     def conversation(self) -> str:

@@ -20,8 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from botweave.metrics import TOOL_CALLS
 from botweave.types import BotMessage, MessageActionResult
 
+#: The label of calls to a tool the agent does not have (the model made the name up).
+UNKNOWN_TOOL = "(unknown)"
 log = logging.getLogger(__name__)
 
 #: Seconds a call may take when its tool sets no `timeout_seconds`.
@@ -146,13 +149,21 @@ def parse_arguments(raw: str) -> dict[str, Any]:
 
 
 async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolContext) -> str:
-    """One call, always ending in a result text (see the module docstring)."""
+    """One call, always ending in a result text (see the module docstring); each is counted in
+    `botweave_tool_calls_total` by how it ended."""
     tool = tools.get(call.name)
-    started = time.monotonic()
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
         log.warning("agent %s: the model called unknown tool %s", context.agent, call.name)
+        TOOL_CALLS.labels(UNKNOWN_TOOL, "unknown").inc()  # a made-up name is no label
         return error_text(f"there is no tool named {call.name!r}; tools: {known}")
+    outcome, text = await _call(tool, call, context)
+    TOOL_CALLS.labels(call.name, outcome).inc()
+    return text
+
+
+async def _call(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[str, str]:
+    started = time.monotonic()
     timeout = tool.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
     try:
         arguments = parse_arguments(call.arguments)
@@ -160,20 +171,20 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
             value = await tool.call(arguments, context)
     except TimeoutError:
         log.warning("agent %s: tool %s timed out after %.1fs", context.agent, call.name, timeout)
-        return error_text(f"{call.name} timed out after {timeout:g}s")
+        return "timeout", error_text(f"{call.name} timed out after {timeout:g}s")
     except ToolRefused as exc:
         log.warning("agent %s: tool %s refused: %s", context.agent, call.name, exc)
-        return error_text(str(exc))
+        return "refused", error_text(str(exc))
     except ToolError as exc:
         # The tool's message may quote what it was given (a URL with a token in it, say).
         log.info("agent %s: tool %s reported an error", context.agent, call.name)
-        return error_text(str(exc))
+        return "error", error_text(str(exc))
     except Exception as exc:  # a broken tool must not end the turn
         # The exception's text may repeat the arguments, so only its type is logged.
         log.warning("agent %s: tool %s raised %s", context.agent, call.name, type(exc).__name__)
-        return error_text(f"{call.name} failed: {type(exc).__name__}: {exc}"[:2000])
+        return "error", error_text(f"{call.name} failed: {type(exc).__name__}: {exc}"[:2000])
     log.info("agent %s: tool %s done in %.2fs", context.agent, call.name, time.monotonic() - started)
-    return output_text(value)
+    return "ok", output_text(value)
 
 
 async def run_round(calls: Sequence[ToolCall], tools: Mapping[str, Tool], context: ToolContext) -> list[dict[str, Any]]:

@@ -91,14 +91,21 @@ class BotChannel:
 
 @dataclass(frozen=True, slots=True)
 class QuotedRef:
-    """What the user replied to or quoted; context for the agent, never an instruction."""
+    """What the user replied to or quoted; context for the agent, never an instruction.
+
+    `attachments` are the quoted message's files, in the same form as `BotMessage.attachments`,
+    so a reply to a photo can show the agent that photo."""
 
     message_id: str = ""
     text: str = ""
     author: str = ""  # "bot" when the quoted message is ours, else "user"
+    attachments: tuple[dict[str, Any], ...] = field(default=(), hash=False)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"message_id": self.message_id, "text": self.text, "author": self.author}
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"message_id": self.message_id, "text": self.text, "author": self.author}
+        if self.attachments:
+            data["attachments"] = [dict(a) for a in self.attachments]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuotedRef:
@@ -106,6 +113,7 @@ class QuotedRef:
             message_id=str(data.get("message_id", "") or ""),
             text=str(data.get("text", "") or ""),
             author=str(data.get("author", "") or ""),
+            attachments=tuple(dict(a) for a in data.get("attachments") or () if isinstance(a, dict)),
         )
 
 
@@ -302,6 +310,7 @@ class MessageActionResult:
     message_id: str | None = None  # the platform id of a message that was sent
     message_ids: tuple[str, ...] = ()  # every message a post used (a long text is several)
     thread_id: str | None = None  # the thread a `create_thread` opened
+    retryable: bool = False  # failed without a refusal from the platform: another try may work
 
     @property
     def ok(self) -> bool:
@@ -315,6 +324,8 @@ LengthUnit = Literal["chars", "utf16"]
 class PlatformCapabilities:
     max_message_length: int | None = None  # None: no limit
     length_unit: LengthUnit = "chars"
+    #: The longest caption a file may carry (Telegram: 1024); None: as long as a message.
+    max_caption_length: int | None = None
     can_edit: bool = True
     can_delete: bool = True
     can_react: bool = True
@@ -324,7 +335,39 @@ class PlatformCapabilities:
     edit_floor_ms: int = 0  # the platform's minimum time between edits of one message
     group_edit_floor_ms: int | None = None  # a stricter floor in groups (Telegram), if any
 
+    @property
+    def caption_limit(self) -> int | None:
+        return self.max_caption_length if self.max_caption_length is not None else self.max_message_length
+
     def edit_floor_for(self, channel_type: str) -> int:
         if channel_type != "dm" and self.group_edit_floor_ms is not None:
             return self.group_edit_floor_ms
         return self.edit_floor_ms
+
+
+#: Image types every vision model and every platform takes as a picture.
+PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file the bot posts: its bytes, the name people see, and its MIME type. The bytes are
+    whole here: a file is loaded within `media.max_bytes` before it is posted."""
+
+    data: bytes = field(repr=False)
+    filename: str
+    mime: str = "application/octet-stream"
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @property
+    def kind(self) -> Literal["image", "voice", "document"]:
+        """How platforms show it: a picture, a voice note (OGG), or a file to download."""
+        mime = self.mime.split(";", 1)[0].strip().lower()
+        if mime in PHOTO_MIMES:
+            return "image"
+        if mime in ("audio/ogg", "audio/opus"):
+            return "voice"
+        return "document"

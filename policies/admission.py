@@ -5,11 +5,20 @@ take a slot (globally and per scope: a Telegram chat, a Discord guild, a Slack t
 none is free, `overflow` decides: `reject` at once, `queue` up to `queue_depth` waiting
 turns, or `shed_oldest` (queue, but when the queue is full drop its oldest turn for the new
 one). The decision is a pure function; `Admission` only keeps the counts and the queue.
+
+With several workers the limits are the deployment's, not each process's: given a shared
+store (`slots`), a turn's slot is a record in it, taken in the global and the scope count
+at once, renewed while the turn runs and expiring by itself if its worker dies. The queue
+stays in each process (it holds that process's waiting turns); a waiting turn tries again
+whenever a turn of this process ends, and every `SHARED_POLL_S` for the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +28,13 @@ from typing import Literal
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.store import Store
 from botweave.types import META_SCOPE
+
+log = logging.getLogger(__name__)
+
+#: A shared slot lives this long unless renewed; its holder renews it every third of that.
+SLOT_TTL_S = 30.0
+#: How often a turn waiting for a shared slot looks again.
+SHARED_POLL_S = 0.2
 
 Overflow = Literal["reject", "queue", "shed_oldest"]
 AdmissionAction = Literal["run", "wait", "reject", "shed_oldest"]
@@ -61,9 +77,12 @@ class _Waiter:
 @dataclass
 class Admission:
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    #: A store shared by every worker: the limits then hold for all of them together.
+    slots: Store | None = None
     _running: Counter[str] = field(default_factory=Counter)
     _total: int = 0
     _waiters: deque[_Waiter] = field(default_factory=deque)
+    _released: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def running(self) -> int:
@@ -112,8 +131,79 @@ class Admission:
                 self._take(waiter.scope)
                 waiter.admitted.set_result(True)
 
+    # --- shared across workers ----------------------------------------------------------------
+
+    def _claims(self, scope: str) -> list[tuple[str, int]]:
+        claims = []
+        if self.limits.max_concurrent_turns:
+            claims.append(("admission:all", self.limits.max_concurrent_turns))
+        if self.limits.max_concurrent_turns_per_scope:
+            claims.append((f"admission:scope:{scope}", self.limits.max_concurrent_turns_per_scope))
+        return claims
+
+    async def _acquire_shared(self, store: Store, scope: str, holder: str) -> bool:
+        claims = self._claims(scope)
+        if await store.slots_acquire(claims, holder, SLOT_TTL_S):
+            return True
+        if self.limits.overflow == "reject":
+            return False
+        if len(self._waiters) >= self.limits.queue_depth:
+            if self.limits.overflow != "shed_oldest":
+                return False
+            self._waiters.popleft().admitted.set_result(False)
+        waiter = _Waiter(scope, asyncio.get_running_loop().create_future())
+        self._waiters.append(waiter)
+        try:
+            while not waiter.admitted.done():
+                self._released.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._released.wait(), timeout=SHARED_POLL_S)
+                if waiter.admitted.done():
+                    break  # shed while waiting
+                if await store.slots_acquire(claims, holder, SLOT_TTL_S):
+                    waiter.admitted.set_result(True)
+            return waiter.admitted.result()
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def _renew(self, store: Store, scope: str, holder: str) -> None:
+        claims = self._claims(scope)
+        while True:
+            await asyncio.sleep(SLOT_TTL_S / 3)
+            try:
+                await store.slots_acquire([(key, 0) for key, _ in claims], holder, SLOT_TTL_S)
+            except Exception as exc:  # noqa: BLE001 - a missed renewal only risks the slot expiring
+                log.debug("renewing admission slot failed: %s", exc)
+
+    @asynccontextmanager
+    async def _shared_slot(self, store: Store, scope: str) -> AsyncIterator[bool]:
+        holder = uuid.uuid4().hex
+        admitted = await self._acquire_shared(store, scope, holder)
+        if not admitted:
+            yield False
+            return
+        self._take(scope)
+        renewal = asyncio.create_task(self._renew(store, scope, holder))
+        try:
+            yield True
+        finally:
+            renewal.cancel()
+            self._total -= 1
+            self._running[scope] -= 1
+            if self._running[scope] <= 0:
+                del self._running[scope]
+            try:
+                await store.slots_release([key for key, _ in self._claims(scope)], holder)
+            finally:
+                self._released.set()
+
     @asynccontextmanager
     async def slot(self, scope: str) -> AsyncIterator[bool]:
+        if self.slots is not None and not self.limits.unlimited:
+            async with self._shared_slot(self.slots, scope) as shared:
+                yield shared
+            return
         admitted = await self.acquire(scope)
         try:
             yield admitted

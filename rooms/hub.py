@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 
 from botweave.agents import Agent
+from botweave.files import message_text
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent
@@ -85,7 +86,7 @@ class RoomHub:
 
     async def handle(self, room_name: str, msg: BotMessage) -> list[RoomEvent]:
         """A person's message opens (or continues) an activity in the room."""
-        return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, msg.prompt_text)
+        return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, message_text(msg))
 
     async def step(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         """The pipeline step: messages in a channel routed to a room go to the room; only

@@ -1,19 +1,29 @@
 """The runtime: wires adapters, the inbound pipeline, agents and delivery together.
 
-Adapters hand items to `submit`, which returns at once (platforms want a fast ack) and runs
-`handle` in a task. `handle` takes the conversation's lock *before* its first await, so the
-arrival order of a conversation's messages is the order of its turns, while other
-conversations run concurrently.
+Adapters hand items to `submit`, which returns as soon as the item is recorded (platforms
+want a fast ack, and must not be acknowledged for an item that could still be lost): in the
+Redis stream for several workers, otherwise in the store's inbound journal. The turn runs in
+a task that takes the conversation's lock *before* its first await, so the arrival order of
+a conversation's messages is the order of its turns, while other conversations run
+concurrently. At start, whatever the journal still holds (a turn a crash cut off) runs first.
+
+`run` (and `serve`, its async form) is the whole life of a bot process, the one the CLI's
+`botweave run` and `chat` use: start, answer until SIGINT/SIGTERM (or the console's input
+ends, or a platform dies), stop, and say how it went as an exit code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import gc
 import logging
 import os
+import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, Literal
 
@@ -23,11 +33,15 @@ from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLedger
+from botweave.files import send_file
 from botweave.hooks import HookEvent, HookRegistry
+from botweave.media.reader import MediaStep
+from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.authors import AuthorScreen
+from botweave.policies.egress import EgressPolicy
 from botweave.policies.rate_limit import RateLimit
 from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
 from botweave.push.commands import NOTIFY_HELP, notify_command
@@ -37,24 +51,90 @@ from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
-from botweave.runtime.durable import InboundStream, PlatformLeader, dedup_key
+from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
+from botweave.runtime.logs import setup_logging
+from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turns import AgentTurn
-from botweave.store import Store, open_store
+from botweave.store import Patience, PatientStore, Store, StoreUnavailable, open_store
+from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.tools import ToolServices, Toolsets
+from botweave.tools.python import function_tool
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
 
 log = logging.getLogger(__name__)
 
 Role = Literal["all", "worker", "ingress"]
+
+#: Set while `handle` runs an item that came from a durable record (the journal, which
+#: already holds the conversation's place, or the stream). Handing it over this way keeps
+#: `App.handle(item)` the one call every item goes through, for whoever wraps it.
+_RECORDED: ContextVar[Literal["journal", "stream", None]] = ContextVar("botweave_recorded", default=None)
+
 DIGEST_FLUSH_SECONDS = 30.0
 #: Pauses between the tries to start a platform: three tries over about ten seconds.
 START_RETRY_PAUSES = (3.0, 7.0)
+#: How long /readyz waits for the store to answer before calling it unreachable.
+STORE_PROBE_TIMEOUT_S = 2.0
+#: How often `serve` looks for a platform that died.
+DEATH_WATCH_S = 0.5
+
+#: Exit codes: a clean stop; an enabled platform that never came up or died; a configuration
+#: that cannot run; a store that cannot be reached at start.
+EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
+
+
+async def _loaded(loading: asyncio.Future[Any]) -> None:
+    """Wait for the import started at serve; a broken litellm is logged here, and each turn
+    that needs it says so again."""
+    try:
+        await loading
+    except Exception:
+        log.exception("litellm failed to import; agents on litellm models will not answer")
+
+
+def _settle_heap() -> None:
+    """Move everything start-up built (litellm alone is hundreds of thousands of objects) out
+    of the garbage collector's sight. Those objects live as long as the process, yet every
+    full collection walked all of them: a pause of about a quarter of a second, a few times a
+    minute under load, with every conversation waiting."""
+    gc.collect()
+    gc.freeze()
+
+
+def _kind(item: BotMessage | PlatformEvent) -> str:
+    return item.message_type.value if isinstance(item, BotMessage) else item.kind
+
+
+Handle = Callable[..., Coroutine[Any, Any, TurnOutcome]]
+
+
+def _counted(handle: Handle) -> Handle:
+    """Every inbound item handled is counted once, by how it ended, and is part of the queue
+    depth while it waits for its conversation's turn or runs."""
+
+    @functools.wraps(handle)
+    async def counted(self: App, item: BotMessage | PlatformEvent, **options: Any) -> TurnOutcome:
+        QUEUE_DEPTH.inc()
+        outcome = "error"
+        try:
+            result = await handle(self, item, **options)
+            outcome = result.status.value
+            return result
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            QUEUE_DEPTH.dec()
+            INBOUND.labels(item.platform, _kind(item), outcome).inc()
+
+    return counted
 
 
 class App:
@@ -62,9 +142,16 @@ class App:
         self.config = config
         self.role = role
         self.stream: InboundStream | None = None
+        self.journal: InboundJournal | None = None
         self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()  # the adapters are started: journaled turns may answer
         self._background: list[asyncio.Task[Any]] = []
-        self.store = store or open_store(config.store.url, config.store.prefix)
+        self._leaders: list[PlatformLeader] = []
+        self._drain_seconds = 5.0  # how long a stopping stream lets started turns finish
+        cfg = config.store
+        self.patience = Patience(cfg.outage_grace_seconds)
+        chosen = store or open_store(cfg.url or "memory://", cfg.prefix, base=config.base_dir)
+        self.store: Store = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=self.patience)
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
@@ -75,11 +162,14 @@ class App:
         self.failed_platforms: dict[str, str] = {}
         self._platform_configs: dict[str, BotConfig] = {}
         self._locks = ConversationLocks()
+        self._publishing = ConversationLocks()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started_at = time.monotonic()
         self.delivery = Delivery(self.hooks, Outbox(self.store, config.store.dedup_ttl_seconds))
         self.targets = Targets(self.adapters)
-        self.tools = Toolsets(config.agents, ToolServices(self.delivery, self.targets), config.egress_policy)
+        self.tools = Toolsets(
+            config.agents, ToolServices(self.delivery, self.targets, config.media_for), config.egress_policy
+        )
         if self.tools.needs_ledger:
             self.delivery.ledger = SentLedger(self.store)
         try:
@@ -123,8 +213,11 @@ class App:
         admission = Admission(
             AdmissionLimits(
                 limits.max_concurrent_turns, limits.max_concurrent_turns_per_scope, limits.overflow, limits.queue_depth
-            )
+            ),
+            # several workers share one budget through the store
+            slots=self.store if isinstance(backend(self.store), RedisStore) else None,
         )
+        self.turn = AgentTurn(self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds)
         self.pipeline = build_pipeline(
             authors=AuthorScreen(self.store),
             access=self.access,
@@ -133,11 +226,16 @@ class App:
             delivery=self.delivery,
             commands=self.commands,
             rooms=self.rooms,
-            observe=Observe(self.agents, self.history),
+            observe=Observe(self.agents, self.history, self.store, cfg.dedup_ttl_seconds),
             rate_limit=RateLimit(self.store),
             admission=AdmissionStep(admission, self.store, limits.busy_message),
-            turn=AgentTurn(self.agents, self.history, self._finished),
+            media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
+            turn=self.turn,
         )
+        self.ops: OpsServer | None = None
+        self._serving = False  # started and not stopping: what /readyz reports first
+        #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
+        self.plugins = load_plugins(self, config.plugins)
 
     @classmethod
     def from_config(
@@ -158,23 +256,40 @@ class App:
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
         """Connect the store and start every enabled platform (or just `platforms`).
 
-        With the in-memory store everything runs in this process. With Redis, inbound items
-        go through the shared stream: `ingress` holds the platform connections (one process
-        per platform, by leader lock), `worker` answers from the stream, `all` does both.
+        With SQLite or the in-memory store everything runs in this process, through the
+        store's inbound journal (replayed first). With Redis, inbound items go through the
+        shared stream: `ingress` holds the platform connections (one process per platform,
+        by leader lock), `worker` answers from the stream, `all` does both.
+        `ops.listen` (every role) serves the operator's endpoints from the first moment, so
+        a slow start is alive but not ready.
         """
+        if self.config.ops.listen and self.ops is None:
+            self.ops = OpsServer(self.config.ops.listen, self.readiness)
+            await self.ops.start()
         await self.store.connect()
+        log.info("store: %s", self.store.describe())
         if self.role != "ingress":  # an ingress process never runs a turn
             await self._start_tools()
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
                 self.add_adapter(installed_platforms()[name].create(section))
-        shared = self.store if isinstance(self.store, RedisStore) else None
+        raw = backend(self.store)
+        shared = raw if isinstance(raw, RedisStore) else None
         inbound = receive and shared is None
+        cfg = self.config.store
         if shared is not None:
-            cfg = self.config.store
-            self.stream = InboundStream(shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds)
+            self.stream = InboundStream(
+                shared, lease=cfg.stream_lease_seconds, lock_ttl=cfg.lock_ttl_seconds, patience=self.patience
+            )
             await self.stream.ensure_group()
+        elif receive:
+            self.journal = InboundJournal(self.store, cfg.dedup_ttl_seconds)
+            left = await self.journal.pending()
+            if left:
+                log.warning("answering %d message(s) a previous run received but did not finish", len(left))
+            for entry, item in left:
+                self._spawn(self._journaled(item, self._settled(entry)))
         for name in list(self.adapters):
             self._explain_access(name)
             failure = await self._start_platform(name, sections.get(name), inbound=inbound)
@@ -187,13 +302,20 @@ class App:
                 # litellm takes seconds to import; doing it now, off the loop, keeps the first
                 # turn from stalling the lock and stream heartbeats.
                 await asyncio.to_thread(litellm_module)
-                self._background.append(asyncio.create_task(self.stream.run(self._from_stream, self._stopping)))
+                self._background.append(
+                    asyncio.create_task(self.stream.run(self._from_stream, self._stopping, lambda: self._drain_seconds))
+                )
             if self.role in ("all", "ingress"):
                 for name in self.adapters:
                     if name in sections:
                         leader = PlatformLeader(
-                            name, partial(self._inbound_adapter, name, sections[name]), shared, self.config.store.lock_ttl_seconds
+                            name,
+                            partial(self._inbound_adapter, name, sections[name]),
+                            shared,
+                            self.config.store.lock_ttl_seconds,
+                            self.patience,
                         )
+                        self._leaders.append(leader)
                         self._background.append(asyncio.create_task(leader.run(self._stopping)))
         if self.rooms is not None and receive and self.role in ("all", "worker"):
             await self.rooms.start()
@@ -202,6 +324,8 @@ class App:
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
         self._started_at = time.monotonic()
+        self._ready.set()
+        self._serving = True
 
     async def _start_platform(self, name: str, section: PlatformConfig | None, *, inbound: bool) -> str | None:
         """Start a platform, trying again over ~10 s (a network blip at boot is not an
@@ -212,7 +336,7 @@ class App:
             adapter = self.adapters[name]
             try:
                 await adapter.start(inbound=inbound)
-                log.info("platform %s started (%s)", name, "receiving" if inbound else "sending only")
+                self._connected(name, adapter, inbound)
                 return None
             except Exception as exc:
                 failure = f"{exc}" if isinstance(exc, PlatformRejected) else f"{type(exc).__name__}: {exc}"
@@ -240,6 +364,13 @@ class App:
     def _bot_config(self, platform: str) -> BotConfig:
         return self._platform_configs.get(platform) or self.config.bot_config_for(platform)
 
+    @staticmethod
+    def _connected(name: str, adapter: Adapter, inbound: bool) -> None:
+        me = adapter.self_user
+        who = (me.username or me.display_name or me.user_id) if me is not None else "?"
+        how = (adapter.mode or "receiving") if inbound else "sending only"
+        log.info("%s: connected as %s (%s)", name, who, how, extra={"platform": name, "bot": who, "mode": how})
+
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
         adapter = installed_platforms()[name].create(section)
@@ -257,14 +388,19 @@ class App:
             log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
 
     async def stop(self, timeout: float = 5.0) -> None:
-        """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect."""
+        """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect.
+        A cancelled turn is not lost: its item stays in the journal or the stream, and runs
+        again at the next start or in another worker."""
+        self._drain_seconds = timeout
+        self._serving = False
         self._stopping.set()
         if self.rooms is not None:
             await self.rooms.stop()
         if self.schedules is not None:
             await self.schedules.stop()
         if self._background:
-            _, pending = await asyncio.wait(self._background, timeout=timeout)
+            # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
+            _, pending = await asyncio.wait(self._background, timeout=timeout + 2.0)
             for task in pending:
                 task.cancel()
         if self._tasks:
@@ -280,6 +416,9 @@ class App:
                 log.exception("platform %s did not stop cleanly", name)
         await self.tools.stop()
         await self.store.close()
+        if self.ops is not None:
+            await self.ops.stop()
+            self.ops = None
 
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
@@ -290,46 +429,232 @@ class App:
     def uptime(self) -> float:
         return time.monotonic() - self._started_at
 
+    # --- running as a process -----------------------------------------------------------------
+
+    def run(self, platforms: Iterable[str] | None = None) -> int:
+        """Run the bot until SIGINT or SIGTERM (or the console's input ends); blocks, and
+        returns the exit code (0 clean stop, 1 a platform failed to start or died, 2 the ops
+        endpoint could not listen, 3 the store was unreachable). Logs go to stderr at INFO
+        unless the program configured logging itself."""
+        if not logging.getLogger().handlers:
+            setup_logging(logging.INFO)
+        return asyncio.run(self.serve(platforms))
+
+    async def serve(self, platforms: Iterable[str] | None = None) -> int:
+        """`run` inside a running event loop: start, answer until told to stop, stop."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                handled.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread, or no signals here: Ctrl-C raises KeyboardInterrupt instead
+        try:
+            return await self._serve(platforms, stop)
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    async def _serve(self, platforms: Iterable[str] | None, stop: asyncio.Event) -> int:
+        # litellm takes seconds to import: done off the loop while the platforms connect, so
+        # the first turn does not stall every other conversation for it.
+        loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if self.role != "ingress" else None
+        try:
+            await self.start(platforms)
+        except StoreUnavailable as exc:
+            log.error("%s", exc)
+            await self.stop()
+            return EXIT_STORE
+        except OSError as exc:  # the ops endpoint's address is taken or not ours
+            log.error("%s", exc)
+            await self.stop()
+            return EXIT_CONFIG
+        finally:
+            if loading is not None:
+                await _loaded(loading)
+        _settle_heap()
+        if not self.adapters:
+            if not self.failed_platforms:
+                log.error("no platform is running; enable one under `platforms:` in bot.yaml")
+            await self.stop()
+            return EXIT_PLATFORM
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._death())]
+        console = self.adapters.get("console")
+        if console is not None and len(self.adapters) == 1:
+            waiters.append(asyncio.create_task(console.finished.wait()))  # type: ignore[attr-defined]
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        died = waiters[1] in done
+        if not stop.is_set() and not died:
+            await self.drain()  # end of input: answer what was asked, then leave
+        await self.stop()
+        return EXIT_PLATFORM if self.failed_platforms or died else EXIT_OK
+
+    async def _death(self) -> None:
+        """Returns when a running platform's connection ended for good (its adapter says why)."""
+        while True:
+            await asyncio.sleep(DEATH_WATCH_S)
+            for name, adapter in list(self.adapters.items()):
+                if adapter.failure:
+                    log.error("platform %s stopped: %s", name, adapter.failure)
+                    self.failed_platforms[name] = adapter.failure
+                    return
+
+    async def readiness(self) -> dict[str, str]:
+        """The parts of this process that cannot serve right now, each with why (empty when
+        all can): the store, and every platform it started or failed to start. Where this
+        process holds a platform's receiving connection (see PlatformLeader), that one counts."""
+        if not self._serving:
+            return {"app": "stopping" if self._stopping.is_set() else "starting"}
+        failing: dict[str, str] = {}
+        try:
+            await asyncio.wait_for(self.store.get("ops:ready"), STORE_PROBE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            failing["store"] = f"no answer within {STORE_PROBE_TIMEOUT_S:.0f}s"
+        except Exception as exc:
+            failing["store"] = f"{type(exc).__name__}: {exc}"
+        receiving = {leader.platform: leader.adapter for leader in self._leaders if leader.adapter is not None}
+        for name, adapter in list(self.adapters.items()):
+            try:
+                problem = await (receiving.get(name) or adapter).readiness()
+            except Exception as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem:
+                failing[name] = problem
+        for name, failure in self.failed_platforms.items():
+            failing.setdefault(name, f"failed to start: {failure}")
+        return failing
+
+    # --- extending ------------------------------------------------------------------------------
+
+    def add_tool(self, tool: Callable[..., Any], *, agents: Sequence[str] | None = None) -> None:
+        """Offer a Python function as a tool to `agents` (all when None), the way `{python: ...}`
+        entries in bot.yaml are; plugins call this from their setup. Its schema comes from the
+        type hints and the docstring (see `botweave.tool`)."""
+        unknown = [name for name in agents or () if name not in self.agents]
+        if unknown:
+            raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(self.agents)}")
+        made = function_tool(tool)
+        for name in agents if agents is not None else self.agents:
+            if made.name in self.agents[name].tools:
+                raise ValueError(f"add_tool: agent {name} already has a tool named {made.name!r}")
+            self.agents[name].tools[made.name] = made
+
     # --- inbound --------------------------------------------------------------------------
 
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
-        """Accept an item and return at once; the turn runs in the background (or, with
-        Redis, the item is in the shared stream when this returns)."""
+        """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
+        returns, and its turn runs in the background. A failure to record raises, so the
+        adapter does not acknowledge what could still be lost."""
         if self.stream is not None:
-            await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+            if isinstance(item, PlatformEvent):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+                return
+            # One append at a time per conversation, in the order items arrived: the stream's
+            # sequence numbers are the conversation's order (an SDK that hands over each
+            # message in a task of its own must not let a later one overtake).
+            async with self._publishing.hold(conversation_key(item)):
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
-        task = asyncio.create_task(self.handle(item))
+        journal = self.journal
+        if journal is None:  # not started to receive: nothing to record into
+            self._spawn(self.handle(item))
+            return
+        recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._spawn(self._journaled(item, recorded))  # takes its place in the conversation now
+        try:
+            entry = await journal.record(item)
+        except BaseException:
+            recorded.set_result(None)
+            raise
+        recorded.set_result(entry)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+
+    @staticmethod
+    def _settled(entry: str) -> asyncio.Future[str | None]:
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        done.set_result(entry)
+        return done
+
+    async def _journaled(self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None]) -> None:
+        """One journaled item: its turn, then its entry removed. A turn cut off (a crash, a
+        store away for longer than the grace) leaves the entry for the next start."""
+        journal = self.journal
+        assert journal is not None
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(item, BotMessage):
+                # the conversation's place is taken before the first await: arrival order
+                await stack.enter_async_context(self._locks.hold(conversation_key(item)))
+            entry = await recorded
+            if entry is None:
+                return  # a platform retry of an item recorded already
+            await self._ready.wait()
+            if self._stopping.is_set():
+                return  # stopping: recorded, and the next start answers it
+            token = _RECORDED.set("journal")
+            try:
+                await self.handle(item)
+            except outage_errors() as exc:
+                log.warning("a turn met a store outage longer than the grace (%s); it runs again at the next start", exc)
+                return
+            except Exception:
+                log.exception("turn crashed; its message is dropped so it is not retried forever")
+            finally:
+                _RECORDED.reset(token)
+            await journal.done(entry)
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("turn crashed", exc_info=task.exception())
 
+    @_counted
     async def handle(self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False) -> TurnOutcome:
-        """Run the pipeline for one item. `deduplicated` items (from the shared stream) were
-        checked when they were appended, so a worker re-running a crashed turn is not
-        mistaken for a platform retry."""
+        """Run the pipeline for one item. Recorded items (the journal, the shared stream) and
+        `deduplicated` ones were checked when they were recorded, so a turn re-running after a
+        crash is not mistaken for a platform retry."""
+        recorded = _RECORDED.get()
+        if recorded is not None:
+            _RECORDED.set(None)  # for this item only, not for whatever the turn calls
+            deduplicated = True
         key = None if deduplicated else dedup_key(item)
         if key is not None and not await self.store.set_if_absent(key, "1", ttl=self.config.store.dedup_ttl_seconds):
             return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
+        if recorded == "journal":  # the journal took the conversation's lock on arrival
+            return await self._run_pipeline(item, durable=True)
         async with self._locks.hold(conversation_key(item)):
-            return await self._run_pipeline(item)
+            return await self._run_pipeline(item, durable=deduplicated)
 
-    async def _run_pipeline(self, msg: BotMessage) -> TurnOutcome:
+    async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
         adapter = self.adapters.get(msg.platform)
         if adapter is None:
             log.warning("message from platform %r that has no adapter; dropped", msg.platform)
             return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
         config = self._platform_configs[msg.platform]
         reply = ReplyChannel(self.delivery, adapter, msg, config)
+        if durable:
+            # A recorded item may be running again after a crash: a turn that committed is
+            # finished by delivering what it committed, never decided afresh.
+            resumed = await self.turn.resume(msg, reply)
+            if resumed is not None:
+                return resumed
         return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
-        return await self.handle(item, deduplicated=True)
+        token = _RECORDED.set("stream")
+        try:
+            return await self.handle(item)
+        finally:
+            _RECORDED.reset(token)
 
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
@@ -396,6 +721,32 @@ class App:
         if to is None:
             return MessageActionResult("no_route", target, "target not resolvable")
         return (await self.delivery.post(to, text, origin=origin)).result(target)
+
+    async def send_file(
+        self,
+        target: str,
+        *,
+        data: bytes | None = None,
+        data_base64: str | None = None,
+        path: str | None = None,
+        url: str | None = None,
+        filename: str | None = None,
+        mime: str | None = None,
+        caption: str = "",
+        origin: BotMessage | None = None,
+        agent: str | None = None,
+        key: str | None = None,
+    ) -> MessageActionResult:
+        """Post a file to a target from exactly one source: bytes, base64, a `path` inside
+        `media.files_dir`, or a `url` the network egress policy allows (the agent's own when
+        `agent` is given); within `media.max_bytes` (the agent's own media settings, too). The
+        caption follows the platform's caption limit; the rest of a long one follows as messages."""
+        egress = self.config.egress_policy(agent) if agent is not None else EgressPolicy.from_config(self.config.network)
+        return await send_file(
+            self.delivery, self.targets, target,
+            media=self.config.media_for(agent), origin=origin, data=data, data_base64=data_base64,
+            path=path, url=url, filename=filename, mime=mime, caption=caption, egress=egress.refusal, key=key,
+        )
 
     async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:
         to = self.targets.resolve(target)

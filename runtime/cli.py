@@ -1,20 +1,21 @@
-"""The `botweave` command: run, chat, check.
+"""The `botweave` command: run, chat, check, doctor, init, room, pair.
 
 Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
-`botweave --help` answers instantly.
+`botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
+process that `App.run()` gives a Python program.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
-import signal
+import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
-from botweave.runtime.app import Role
+from botweave.runtime.app import EXIT_CONFIG, EXIT_STORE, Role
+from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
 from botweave.version import __version__
 
 log = logging.getLogger("botweave")
@@ -28,8 +29,15 @@ def _common_options(*, on_subcommand: bool) -> argparse.ArgumentParser:
     `botweave run -v`). On subcommands they default to "not given", so they never undo
     what was written before the subcommand."""
     common = argparse.ArgumentParser(add_help=False)
-    default = argparse.SUPPRESS if on_subcommand else 0
-    common.add_argument("-v", "--verbose", action="count", default=default, help="more logging (-vv for debug)")
+    unset = argparse.SUPPRESS if on_subcommand else None
+    common.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS if on_subcommand else 0,
+        help="more logging (-vv also shows the SDKs' own)",
+    )
+    common.add_argument(
+        "--log-format", choices=FORMATS, default=unset if on_subcommand else "text",
+        help="text (default) or json: one JSON object per line, for log collectors",
+    )
     return common
 
 
@@ -48,10 +56,33 @@ def _parser() -> argparse.ArgumentParser:
         default="all",
         help="with a Redis store: hold platform connections (ingress), answer (worker), or both",
     )
+    run.add_argument(
+        "--ops-listen",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz here (overrides ops.listen; one port per process)",
+    )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)", parents=common)
     chat.add_argument("config", nargs="?", help=CONFIG_HELP)
+    for command in (run, chat):
+        command.add_argument(
+            "--ephemeral",
+            action="store_true",
+            help="keep all state in memory for this run (default: the configured store, or a SQLite file per config)",
+        )
     check = sub.add_parser("check", help="validate a config and print it with secrets masked", parents=common)
     check.add_argument("config", nargs="?", help=CONFIG_HELP)
+    doctor = sub.add_parser(
+        "doctor", help="try the config: platform credentials, webhook settings, store, model", parents=common
+    )
+    doctor.add_argument("config", nargs="?", help=CONFIG_HELP)
+    doctor.add_argument("--no-model", action="store_true", help="skip the one-token request to each model")
+    init = sub.add_parser("init", help="write a commented bot.yaml for chosen platforms and model", parents=common)
+    init.add_argument("path", nargs="?", default="bot.yaml", help="where to write it (default: ./bot.yaml; never overwritten)")
+    init.add_argument(
+        "--platform", "-p", action="append", dest="platforms", metavar="NAME",
+        help="console, telegram, discord or slack (repeat for several; asked on a terminal when left out)",
+    )
+    init.add_argument("--model", help="the agent's model as litellm names it, e.g. openai/gpt-4o-mini")
     room = sub.add_parser("room", help="list rooms or run a stand-up now", parents=common)
     room_sub = room.add_subparsers(dest="action", required=True)
     room_list = room_sub.add_parser("list", help="rooms, their schedules and next run times", parents=common)
@@ -84,72 +115,72 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "LiteLLM", "litellm", "discord", "telegram", "slack_bolt", "slack_sdk"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+def _setup_logging(verbosity: int, fmt: LogFormat, command: str) -> None:
+    """`run` talks at INFO (each platform connecting, each turn), since nobody watches it
+    otherwise; everything else, the chat above all, only warns. Each -v goes one level down."""
+    base = logging.INFO if command == "run" else logging.WARNING
+    setup_logging(max(logging.DEBUG, base - 10 * verbosity), fmt, libraries=verbosity >= 2)
 
 
-def _load(path: str | None) -> Any:
-    from botweave.runtime.config import BUILTIN_CONFIG, find_config, load_config
+def _load(path: str | None, *, ephemeral: bool = False) -> Any:
+    """The configuration, with its store settled: the one bot.yaml names, memory with
+    `--ephemeral`, else the SQLite file that belongs to this configuration file."""
+    from botweave.runtime.config import BUILTIN_CONFIG, default_store_url, find_config, load_config
 
     found = find_config(path)
     if found is None:
         log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
-        return load_config(BUILTIN_CONFIG)
-    return load_config(found)
+        config = load_config(BUILTIN_CONFIG)
+    else:
+        config = load_config(found)
+    if ephemeral:
+        config.store.url = "memory://"
+    elif config.store.url is None:
+        config.store.url = default_store_url(config)
+    return config
 
 
-async def _serve(config: Any, platforms: list[str] | None, role: Role = "all") -> int:
+async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False) -> int:
     from botweave.runtime.app import App
+    from botweave.store import is_shared
 
-    if role != "all" and config.store.url.startswith("memory://"):
-        log.error("--role %s needs a shared store (store: {url: redis://...})", role)
-        return 2
+    if role != "all" and not is_shared(config.store.url):
+        log.error("--role %s needs a store shared by several processes (store: {url: redis://...})", role)
+        return EXIT_CONFIG
     app = App(config, role=role)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    # litellm takes seconds to import: done off the loop while the platforms connect, so the
-    # first turn does not stall every other conversation for it.
-    model_client = asyncio.create_task(asyncio.to_thread(_load_model_client)) if role != "ingress" else None
-    await app.start(platforms)
-    if model_client is not None:
-        await model_client
-    _settle_heap()
-    if not app.adapters:
-        if not app.failed_platforms:
-            log.error("no platform is running; enable one under `platforms:` in bot.yaml")
-        await app.stop()
-        return 1
-    console = app.adapters.get("console")
-    waiters = [asyncio.create_task(stop.wait())]
-    if console is not None and len(app.adapters) == 1:
-        waiters.append(asyncio.create_task(console.finished.wait()))  # type: ignore[attr-defined]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
-    if not stop.is_set():
-        await app.drain()  # end of input: answer what was asked, then leave
-    await app.stop()
-    return 1 if app.failed_platforms else 0
+    if banner:
+        print(chat_banner(app), flush=True)
+    return await app.serve(platforms)
 
 
-def _load_model_client() -> None:
-    from botweave.agents import litellm_module
+def chat_banner(app: Any) -> str:
+    """One line naming who answers in the console (the agent or room its route picks)."""
+    from botweave.adapters.console.inbound import CHAT_ID
+    from botweave.types import BotChannel, BotMessage, BotUser
 
-    litellm_module()
+    probe = BotMessage("0", "", sender=BotUser("local", "local"), channel=BotChannel(CHAT_ID, "dm"), platform="console")
+    target = app.router.resolve(probe)
+    if target is None:
+        who = "no agent (no route matches the console)"
+    elif target.kind == "agent":
+        who = f"{target.name} · {app.agents[target.name].model}"
+    else:
+        who = f"room {target.name}"
+    return f"botweave {__version__} · {who} · /help for commands, Ctrl-D to leave"
 
 
-def _settle_heap() -> None:
-    """Move everything start-up built (litellm alone is hundreds of thousands of objects) out
-    of the garbage collector's sight. Those objects live as long as the process, yet every
-    full collection walked all of them: a pause of about a quarter of a second, a few times a
-    minute under load, with every conversation waiting."""
-    gc.collect()
-    gc.freeze()
+def _ops_listen(config: Any, listen: str | None) -> None:
+    """`--ops-listen` replaces `ops.listen`, checked the same way."""
+    if listen is None:
+        return
+    from botweave.config import ConfigError
+    from botweave.runtime.config import parse_listen
+
+    try:
+        parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError([f"--ops-listen: {exc}"]) from None
+    config.ops.listen = listen
 
 
 def unroutable_models(config: Any) -> list[str]:
@@ -181,10 +212,11 @@ def _check(path: str | None) -> int:
     if unroutable:
         raise ConfigError(unroutable)
     if config.store.url.startswith("memory://"):
+        print("# store: memory:// (state is lost when the bot stops)")
         return 0
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
 
     async def probe() -> None:
-        store = open_store(config.store.url, config.store.prefix)
         try:
             await store.connect()
         finally:
@@ -195,7 +227,7 @@ def _check(path: str | None) -> int:
     except StoreUnavailable as exc:
         print(f"# store: {exc}")
         return 3
-    print(f"# store: {redact_url(config.store.url)} is reachable")
+    print(f"# store: {redact_url(store.describe())} is reachable")
     return 0
 
 
@@ -207,11 +239,11 @@ async def _pair(args: argparse.Namespace) -> int:
     if config.store.url.startswith("memory://"):
         print(
             "botweave: the store is memory:// (inside the running bot); pairing from the command "
-            "line needs a shared store such as store: {url: redis://...}",
+            "line needs a store on disk or on a server: leave store.url out (a SQLite file) or use redis://",
             file=sys.stderr,
         )
         return 2
-    store = open_store(config.store.url, config.store.prefix)
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
     await store.connect()
     pairing = Pairing(store)
     try:
@@ -314,35 +346,64 @@ async def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from botweave.runtime.doctor import doctor
+
+    return asyncio.run(doctor(args.config, model=not args.no_model, out=sys.stdout))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from botweave.runtime.scaffold import init
+
+    return init(args.path, args.platforms, args.model, out=sys.stdout, err=sys.stderr)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Leave a stopped bot without the interpreter's own teardown. Everything that matters
+    (turns, the store, platform connections) was closed by App.stop; finalising the modules
+    of litellm and three platform SDKs would only add seconds to every SIGTERM."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.log_format, args.command)
     from botweave.config import ConfigError
     from botweave.store import StoreUnavailable
 
     try:
         if args.command == "check":
             return _check(args.config)
+        if args.command == "doctor":
+            return _doctor(args)
+        if args.command == "init":
+            return _init(args)
         if args.command == "pair":
             return asyncio.run(_pair(args))
         if args.command == "room":
             return asyncio.run(_room(args))
         if args.command == "schedule":
             return asyncio.run(_schedule(args))
-        config = _load(args.config)
+        config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             if config.platforms.console is None:
                 from botweave.adapters.console.config import ConsoleConfig
 
                 config.platforms.console = ConsoleConfig()
-            return asyncio.run(_serve(config, ["console"]))
-        return asyncio.run(_serve(config, None, args.role))
+            from botweave.adapters.console.inbound import is_terminal
+
+            _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
+        _ops_listen(config, args.ops_listen)
+        _exit_now(asyncio.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     except StoreUnavailable as exc:
         print(f"botweave: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_STORE
     except KeyboardInterrupt:
         return 130
 

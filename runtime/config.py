@@ -12,17 +12,21 @@ reported together with every other problem instead of after they are fixed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
+import platformdirs
 import yaml
 from botweave.config import (
     AgentConfig,
     BotConfig,
     ConfigError,
+    MediaConfig,
+    MediaOverrides,
     NetworkConfig,
     PlatformConfig,
     RouteConfig,
@@ -40,7 +44,7 @@ from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.schedules import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
-from pydantic import Field, PrivateAttr, ValidationError, create_model, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
 log = logging.getLogger(__name__)
@@ -53,6 +57,29 @@ PlatformsConfig = create_model(
 )
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9464` for IPv6) as (host, port); port 0 lets the system choose."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 in a container)")
+    return host, int(port)
+
+
+class OpsConfig(Section):
+    """`ops:` what operators and their tools read: `/metrics`, `/healthz` and `/readyz` on
+    `listen` (HOST:PORT). Off unless set here or with `--ops-listen`."""
+
+    listen: Optional[str] = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            parse_listen(value)
+        return value
+
+
 class Config(Section):
     bot: BotConfig = Field(default_factory=BotConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
@@ -62,10 +89,35 @@ class Config(Section):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     rooms: Rooms = Field(default_factory=dict)
     push: PushConfig = Field(default_factory=PushConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    ops: OpsConfig = Field(default_factory=OpsConfig)
+    #: Python modules whose `setup(app)` runs at start (`module` or `module:function`), after
+    #: those installed under the `botweave.plugins` entry point.
+    plugins: list[str] = Field(default_factory=list)
+
+    @field_validator("plugins")
+    @classmethod
+    def _importable_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            module, _, attr = name.partition(":")
+            if not all(part.isidentifier() for part in module.split(".")) or (attr and not attr.isidentifier()):
+                raise ValueError(f"{name!r} is not a module name (package.module or package.module:function)")
+        return value
 
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    #: The file this configuration was read from (None: a mapping, or the built-in one).
+    _source: Optional[Path] = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder relative store paths are taken from: the configuration file's."""
+        return self._source.resolve().parent if self._source is not None else None
 
     @model_validator(mode="after")
     def _references_exist(self) -> Config:
@@ -146,6 +198,12 @@ class Config(Section):
                         found.append(problem((*where, "mcp", name, "url"), refusal))
         return found
 
+    def media_for(self, agent: str | None) -> MediaConfig:
+        """The media settings an agent works with: the top-level `media:` with the agent's own
+        on top (the top level alone for no agent)."""
+        config = self.agents.get(agent) if agent is not None else None
+        return self.media.merged(config.media if config is not None else None)
+
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
 
@@ -157,13 +215,19 @@ class Config(Section):
             section = self.platform(name)
             if name not in wanted or section is None or not section.enabled:
                 continue
-            missing = section.missing_credentials()
-            if missing:
-                hints = [_missing_hint(name, field, self._env_refs) for field in missing]
+            hints = self.missing_credentials(name)
+            if hints:
                 log.warning("platform %s skipped: %s", name, "; ".join(hints))
                 continue
             enabled[name] = section
         return enabled
+
+    def missing_credentials(self, platform: str) -> list[str]:
+        """What keeps a configured platform from starting, one hint per empty credential
+        (naming the variable that should have filled it, where bot.yaml used one)."""
+        section = self.platform(platform)
+        missing = section.missing_credentials() if section is not None else []
+        return [_missing_hint(platform, field, self._env_refs) for field in missing]
 
     def bot_config_for(self, platform: str) -> BotConfig:
         section = self.platform(platform)
@@ -210,7 +274,20 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     except ValidationError as exc:
         raise ConfigError(format_errors(exc, Config)) from None
     config._env_refs = refs
+    if not isinstance(source, Mapping):
+        _anchor_files_dirs(config, Path(source).resolve().parent)
+        config._source = Path(source)
     return config
+
+
+def _anchor_files_dirs(config: Config, base: Path) -> None:
+    """A relative `files_dir` is relative to the configuration file, like every path in it,
+    not to wherever the bot happens to be started from."""
+    sections: list[MediaConfig | MediaOverrides] = [config.media]
+    sections += [agent.media for agent in config.agents.values() if agent.media is not None]
+    for section in sections:
+        if section.files_dir and not Path(section.files_dir).expanduser().is_absolute():
+            section.files_dir = str(base / section.files_dir)
 
 
 def _yaml_problem(origin: str, exc: yaml.YAMLError) -> str:
@@ -219,6 +296,21 @@ def _yaml_problem(origin: str, exc: yaml.YAMLError) -> str:
     where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark is not None else origin
     what = " ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
     return f"{where}: not valid YAML: {what or exc}"
+
+
+def default_store_url(config: Config) -> str:
+    """Where `botweave run` and `chat` keep state when bot.yaml names no store: one SQLite
+    file per configuration file in the user state dir, named after the file and a hash of
+    its absolute path (so two bot.yaml files in different folders never share state); the
+    built-in configuration gets one of its own."""
+    state = Path(platformdirs.user_state_dir("botweave", appauthor=False))
+    if config.source is None:
+        name = "builtin.db"
+    else:
+        absolute = config.source.resolve()
+        digest = hashlib.sha256(str(absolute).encode()).hexdigest()[:8]
+        name = f"{absolute.stem}-{digest}.db"
+    return f"sqlite:///{state / name}"
 
 
 def find_config(explicit: str | None) -> Path | None:

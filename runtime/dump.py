@@ -42,7 +42,8 @@ def dump_config(config: Config) -> str:
             effective = dict(section) | dict(config.bot_config_for(name))
             data["platforms"][name] = _masked(effective)
     data["routes"] = [route.model_dump(exclude_none=True) for route in config.routes]
-    data["store"] = config.store.model_dump() | {"url": redact_url(config.store.url)}
+    url = config.store.url
+    data["store"] = config.store.model_dump() | {"url": redact_url(url) if url else None}
     if config.network.allow_hosts or config.network.deny_hosts:
         data["network"] = _masked(config.network)
     if config.rooms:

@@ -1,15 +1,30 @@
-"""Durable inbound over Redis Streams: nothing is lost on a crash, nothing answered twice.
+"""Durable inbound: an item is recorded before the platform is acknowledged, and it is done
+only once its turn has finished, so a crash loses nothing and a restart or another worker
+picks up what was cut off.
 
-The process holding a platform connection appends each inbound item to a stream *before*
-the platform is acknowledged. Workers read it through a consumer group and acknowledge an
-entry only after its reply went out; entries left pending by a dead worker are claimed by
-another after `lease` seconds (XAUTOCLAIM), while a live worker keeps its long turns from
-being claimed by touching them (XCLAIM) as a heartbeat.
+Two carriers, one per kind of store:
+
+* `InboundStream` (Redis Streams) for several workers. The process holding a platform
+  connection appends each item to a stream before acknowledging it; workers read it through a
+  consumer group and acknowledge an entry only after its turn finished. Entries a dead worker
+  left pending are claimed by another once idle for `lease` seconds (XAUTOCLAIM); a live
+  worker keeps the entries whose turns it has *started* from looking idle (XCLAIM as a
+  heartbeat every third of the lease). A worker reads ahead only a few entries it cannot
+  start yet, and an entry that could run but that nobody started for a second (its reader
+  died) is taken by another worker at once, without waiting for the lease: so a dead worker
+  holds up only the conversations whose turn it had started, until their locks expire.
+* `InboundJournal` for a single process on its own store (the SQLite file; memory in tests):
+  the item is written to the store before the platform is acknowledged and deleted when its
+  turn finished; a restart runs whatever is left, in order.
 
 Order: each message gets a per-conversation sequence number when it is appended. A worker
 runs message n of a conversation only while holding that conversation's lock and after
-message n-1 is done, so any number of workers keep every conversation in order. Delivery
-is at least once; the outbox (bots/delivery.py) makes the visible effect exactly once.
+message n-1 is done, so any number of workers keep every conversation in order. An item may
+run more than once (at least once); the turn's atomic commit and the outbox (bots/delivery.py)
+keep its effects to once, as far as each platform allows (docs/delivery.md).
+
+Store outages are waited out (`Patience`); an entry whose turn met an outage longer than the
+grace is left pending for a retry, never acknowledged unanswered.
 """
 
 from __future__ import annotations
@@ -21,12 +36,13 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from botweave.router import conversation_key
 from botweave.runtime.locks import Lease
-from botweave.store.redis import RedisStore
+from botweave.store import Patience, Put, Store, StoreOutage
+from botweave.store.redis import RedisStore, passing_errors
 from botweave.types import BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -34,6 +50,28 @@ log = logging.getLogger(__name__)
 GROUP = "workers"
 PUBLISH_PATIENCE_S = 60.0  # how long an inbound item waits for Redis before the adapter hears of it
 PREDECESSOR_PATIENCE = 20  # leases to wait for an earlier message of a conversation
+#: How often a worker looks for entries a stopped worker left.
+CLAIM_TICK_S = 1.0
+#: Entries a worker reads beyond those it can start at once (waiting for their predecessor).
+READ_AHEAD = 32
+#: An entry waiting this long stops counting against the read-ahead: its conversation is held
+#: up (a long turn, or a dead worker's), and the conversations behind it in the stream must
+#: not be. A worker holds at most `MAX_HELD` entries in all.
+STALE_WAIT_S = 2.0
+MAX_HELD = 1024
+#: After the store was away, or answered a read very late, a worker takes nothing over for
+#: this long: every holder's heartbeat was held up too, and they must get to renew first.
+QUIET_AFTER_OUTAGE_S = 5.0
+#: A read that took this much longer than its block time means the store stood still.
+SLOW_READ_S = 2.0
+#: How often a waiting entry looks whether its predecessor is done: soon at first, then less
+#: often the longer it waits (a predecessor finished in this process wakes it at once).
+WAIT_POLL_S = (0.005, 0.25)
+#: How long the blocking read waits for new entries; also how fast an idle worker sees a stop.
+READ_BLOCK_MS = 300
+#: A read entry whose turn could run (its predecessor is done, its conversation unlocked) but
+#: that nobody started for this long belongs to a worker that stopped: another takes it.
+RESCUE_IDLE_S = 1.0
 _PUBLISH = """
 if ARGV[4] ~= '' and not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[4]) then
   return false
@@ -46,6 +84,10 @@ return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1],
 """
 
 Handler = Callable[[BotMessage | PlatformEvent], Awaitable[Any]]
+
+
+class LeaseLost(RuntimeError):
+    """The conversation lock was taken over while a turn ran; the turn stops, unacknowledged."""
 
 
 def dedup_key(item: BotMessage | PlatformEvent) -> str | None:
@@ -68,27 +110,49 @@ def decode(raw: str) -> BotMessage | PlatformEvent:
     return PlatformEvent(**payload["data"])
 
 
+def outage_errors() -> tuple[type[BaseException], ...]:
+    """Failures that mean "the store is away", from the store layer or redis-py directly."""
+    return (StoreOutage, *passing_errors())
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep, but wake as soon as `stop` is set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
 class InboundStream:
     def __init__(
         self,
         store: RedisStore,
         *,
-        lease: float = 30.0,
-        lock_ttl: float = 15.0,
+        lease: float = 10.0,
+        lock_ttl: float = 10.0,
         concurrency: int = 64,
+        read_ahead: int = READ_AHEAD,
+        claim_tick: float = CLAIM_TICK_S,
         max_len: int = 100_000,
         consumer: str | None = None,
+        patience: Patience | None = None,
     ) -> None:
         self.store = store
         self.redis = store.client
         self.stream = store.key("inbound")
         self.lease = lease
         self.lock_ttl = lock_ttl
+        self.read_ahead = read_ahead
+        self.claim_tick = min(claim_tick, lease / 2)
         self.max_len = max_len
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._concurrency = concurrency
+        self._patience = patience or Patience()
         self._in_flight: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._started: set[str] = set()  # in flight and past the wait for a predecessor
+        self._waiting_since: dict[str, float] = {}  # entry -> when it began waiting
+        self._turn_ended: dict[str, asyncio.Event] = {}  # conversation -> set when a turn of it ends here
+        self._suspects: set[str] = set()  # others' entries seen runnable and not started last tick
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._room = asyncio.Event()
         self._publish = self.redis.register_script(_PUBLISH)
 
     async def ensure_group(self) -> None:
@@ -103,25 +167,16 @@ class InboundStream:
     async def publish(self, item: BotMessage | PlatformEvent, dedup: str | None = None, dedup_ttl: float = 0) -> str | None:
         """Append before the platform is acknowledged; returns the entry id, or None when
         `dedup` was seen already (a platform retry). Checking and appending is one atomic
-        step, so a crash between them can neither lose nor double an item."""
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
+        step, so a crash between them can neither lose nor double an item. While Redis is
+        away the item waits (the platform is not acknowledged yet) for up to a minute."""
         conv = conversation_key(item) if isinstance(item, BotMessage) else ""
         keys = [self.stream, self.store.key(f"conv:seq:{conv}"), self.store.key(dedup or "unused")]
         ttl_ms = str(int(dedup_ttl * 1000)) if dedup else ""
-        pause, waited = 0.1, 0.0
-        while True:  # Redis away for a moment: hold the item (the platform is not acked yet)
-            try:
-                entry = await self._publish(keys=keys, args=[encode(item), conv, self.max_len, ttl_ms])
-                return entry or None
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                if waited >= PUBLISH_PATIENCE_S:
-                    raise
-                log.warning("recording an inbound item failed (%s); retrying in %.1fs", exc, pause)
-                await asyncio.sleep(pause)
-                waited += pause
-                pause = min(2.0, pause * 2)
+        args = [encode(item), conv, self.max_len, ttl_ms]
+        entry = await self._patience.run(
+            lambda: self._publish(keys=keys, args=args), passing_errors(), grace=PUBLISH_PATIENCE_S
+        )
+        return entry or None
 
     async def pending_count(self) -> int:
         info = await self.redis.xpending(self.stream, GROUP)
@@ -137,78 +192,206 @@ class InboundStream:
 
     # --- worker side ------------------------------------------------------------------------
 
-    async def run(self, handler: Handler, stop: asyncio.Event) -> None:
-        """Consume until `stop` is set; in-flight entries finish (or stay pending for others)."""
-        await self.ensure_group()
+    async def run(self, handler: Handler, stop: asyncio.Event, drain: Callable[[], float] = lambda: 5.0) -> None:
+        """Consume until `stop` is set. Then no new entry is read; turns already started get
+        `drain()` seconds to finish, and whatever is left is handed back at once (marked idle,
+        so another worker's next claim takes it) instead of waiting out its lease."""
+        await self._patience.run(self.ensure_group, passing_errors(), grace=float("inf"))
         helpers = [asyncio.create_task(self._keep_claims(stop)), asyncio.create_task(self._reclaim(handler, stop))]
         try:
             while not stop.is_set():
-                free = self._concurrency - len(self._in_flight)
+                free = min(
+                    self._concurrency - len(self._started),
+                    self.read_ahead - self._fresh_waiting(),
+                    MAX_HELD - len(self._in_flight),
+                )
                 if free <= 0:
-                    await asyncio.sleep(0.01)
+                    self._room.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._room.wait(), timeout=0.05)
                     continue
-                for entry_id, fields in await self._read(free):
+                for entry_id, fields in await self._read(free, stop):
                     self._start(entry_id, fields, handler)
         finally:
-            await asyncio.wait(helpers, timeout=self.lease)
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=5)
+            await asyncio.wait(helpers, timeout=2.0)
+            for helper in helpers:
+                helper.cancel()
+            await self._wind_down(drain())
+
+    async def _wind_down(self, drain: float) -> None:
+        tasks = dict(self._tasks)  # entry id -> task; finished tasks leave self._tasks
+        if not tasks:
+            return
+        running = {e: t for e, t in tasks.items() if e in self._started}
+        waiting = {e: t for e, t in tasks.items() if e not in running}
+        for task in waiting.values():  # not started: nothing to finish, hand them back now
+            task.cancel()
+        if running:
+            await asyncio.wait(running.values(), timeout=drain)
+        left = {e: t for e, t in running.items() if not t.done()}
+        for task in left.values():
+            task.cancel()
+        if waiting or left:
+            await asyncio.wait([*waiting.values(), *left.values()], timeout=1.0)
+        unfinished = sorted({*waiting, *left})
+        if unfinished:
+            with contextlib.suppress(Exception):
+                await self.redis.xclaim(
+                    self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=unfinished,
+                    idle=int(self.lease * 1000) * 10, justid=True,
+                )
+            log.info("handed %d unfinished inbound item(s) back to the other workers", len(unfinished))
+
+    def _fresh_waiting(self) -> int:
+        cutoff = asyncio.get_running_loop().time() - STALE_WAIT_S
+        return sum(1 for since in self._waiting_since.values() if since > cutoff)
 
     def _start(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
         self._in_flight.add(entry_id)
         task = asyncio.create_task(self._process(entry_id, fields, handler))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[entry_id] = task
+        task.add_done_callback(lambda _: self._finished(entry_id))
 
-    async def _read(self, count: int) -> list[tuple[str, dict[str, str]]]:
-        from redis.exceptions import RedisError, ResponseError
+    def _finished(self, entry_id: str) -> None:
+        self._tasks.pop(entry_id, None)
+        self._in_flight.discard(entry_id)
+        self._started.discard(entry_id)
+        self._waiting_since.pop(entry_id, None)
+        self._room.set()
 
+    async def _read(self, count: int, stop: asyncio.Event) -> list[tuple[str, dict[str, str]]]:
+        from redis.exceptions import ResponseError
+
+        began = asyncio.get_running_loop().time()
         try:
-            read = await self.redis.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=500)
-        except RedisError as exc:
-            if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+            read = await self.redis.xreadgroup(
+                GROUP, self.consumer, {self.stream: ">"}, count=count, block=READ_BLOCK_MS
+            )
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
                 log.warning("the inbound stream's consumer group is gone (Redis restarted empty?); creating it again")
-                with contextlib.suppress(RedisError):
+                with contextlib.suppress(Exception):
                     await self.ensure_group()
                 return []
-            log.warning("reading the inbound stream failed (%s: %s); retrying", type(exc).__name__, exc)
-            await asyncio.sleep(1.0)
+            raise
+        except passing_errors() as exc:
+            self._patience.failed(exc)
+            await _pause(stop, 0.5)
             return []
-        return [entry for _, batch in read for entry in batch]
+        self._patience.succeeded()
+        if asyncio.get_running_loop().time() - began > READ_BLOCK_MS / 1000 + SLOW_READ_S:
+            self._patience.stalled()
+        return [entry for _, batch in read or [] for entry in batch]
 
     async def _reclaim(self, handler: Handler, stop: asyncio.Event) -> None:
-        """Take over entries a dead worker left. Runs whatever this worker's load: such an
+        """Take over entries a stopped worker left. Runs whatever this worker's load: such an
         entry may be the predecessor that all our waiting turns need."""
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
-            await asyncio.sleep(self.lease / 2)
+            await _pause(stop, self.claim_tick)
+            if stop.is_set():
+                return
+            if self._patience.troubled_within(QUIET_AFTER_OUTAGE_S):
+                continue  # the others' heartbeats were held up too: let them renew first
+            began = loop.time()
+            abandoned: list[tuple[str, dict[str, str]]] = []
+            expired: list[tuple[str, dict[str, str]]] = []
             try:
-                claimed = await self.redis.xautoclaim(
-                    self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id="0-0", count=100
-                )
-            except Exception as exc:
-                log.warning("claiming stale inbound items failed (%s); retrying", exc)
+                abandoned = await self._rescue()
+                expired = await self._expired()
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+            except Exception as exc:  # noqa: BLE001 - the claim loop must survive anything
+                log.warning("looking for abandoned inbound items failed (%s); retrying", exc)
+            if loop.time() - began > SLOW_READ_S:
+                # The store stood still while we looked: what seemed abandoned may only have
+                # missed its heartbeats. Leave it; if it really is, the next looks find it.
+                self._patience.stalled()
                 continue
+            if abandoned:
+                log.warning("took over %d inbound item(s) that a stopped worker had read and not started", len(abandoned))
+            if expired:
+                log.warning("took over %d inbound item(s) left unacknowledged longer than the lease", len(expired))
+            for entry_id, fields in abandoned + expired:
+                if entry_id not in self._in_flight:
+                    self._start(entry_id, fields, handler)
+
+    async def _expired(self) -> list[tuple[str, dict[str, str]]]:
+        """Entries nobody touched for a whole lease (their worker stopped mid-turn)."""
+        start = "0-0"
+        taken: list[tuple[str, dict[str, str]]] = []
+        for _ in range(10):  # at most 1000 entries a tick
+            claimed = await self.redis.xautoclaim(
+                self.stream, GROUP, self.consumer, min_idle_time=int(self.lease * 1000), start_id=start, count=100
+            )
             # A busy event loop can miss a heartbeat of our own: never take over what we run.
-            entries = [e for e in claimed[1] if e[1] and e[0] not in self._in_flight]
-            if entries:
-                log.warning("claimed %d inbound item(s) left by a stopped worker", len(entries))
-            for entry_id, fields in entries:
-                self._start(entry_id, fields, handler)
+            taken += [e for e in claimed[1] if e[1] and e[0] not in self._in_flight]
+            start = claimed[0]
+            if start in ("0-0", b"0-0"):
+                break
+        return taken
+
+    async def _rescue(self) -> list[tuple[str, dict[str, str]]]:
+        """Claim entries other workers read but did not start although they could run: their
+        predecessor is done and nobody holds their conversation. A live reader starts such an
+        entry within a poll; one seen so on two looks a tick apart (and idle for at least
+        `RESCUE_IDLE_S`) lost its reader."""
+        idle_ms = int(RESCUE_IDLE_S * 1000)
+        pending = await self.redis.xpending_range(self.stream, GROUP, "-", "+", 200, idle=idle_ms)
+        candidates = [
+            str(p["message_id"]) for p in pending
+            if p["consumer"] != self.consumer and str(p["message_id"]) not in self._in_flight
+        ]
+        if not candidates:
+            self._suspects.clear()
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry_id in candidates:
+                pipe.xrange(self.stream, entry_id, entry_id)
+            ranges = await pipe.execute()
+        located = []
+        for entry_id, found in zip(candidates, ranges):
+            fields = found[0][1] if found else {}
+            conv, seq = fields.get("conv", ""), int(fields.get("seq") or 0)
+            if conv and seq:
+                located.append((entry_id, conv, seq))
+        if not located:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for _, conv, _ in located:
+                pipe.get(self.store.key(f"conv:done:{conv}"))
+                pipe.exists(self.store.key(f"lock:conv:{conv}"))
+            states = await pipe.execute()
+        runnable_now = {
+            entry_id for (entry_id, _, seq), done, locked in zip(located, states[::2], states[1::2])
+            if int(done or 0) == seq - 1 and not locked
+        }
+        runnable = sorted(runnable_now & self._suspects)
+        self._suspects = runnable_now - set(runnable)
+        if not runnable:
+            return []
+        claimed = await self.redis.xclaim(self.stream, GROUP, self.consumer, min_idle_time=idle_ms, message_ids=runnable)
+        return [e for e in claimed if e[1] and e[0] not in self._in_flight]
 
     async def _keep_claims(self, stop: asyncio.Event) -> None:
-        """Touch in-flight entries so a long turn is not mistaken for a dead worker's."""
+        """Touch started entries so a long turn is not mistaken for a dead worker's. Entries
+        still waiting for their predecessor are left alone: if this worker dies, they are
+        free for others as soon as their lease runs out, whatever their wait."""
         while not stop.is_set():
-            await asyncio.sleep(self.lease / 3)
-            if not self._in_flight:
+            await _pause(stop, self.lease / 3)
+            started = list(self._started)
+            if not started:
                 continue
-            with contextlib.suppress(Exception):
+            try:
                 await self.redis.xclaim(
-                    self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=list(self._in_flight), justid=True
+                    self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=started, justid=True
                 )
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+            except Exception:  # noqa: BLE001
+                log.debug("touching in-flight entries failed", exc_info=True)
 
     async def _process(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
-        from redis.exceptions import RedisError
-
         seq = int(fields.get("seq") or 0)
         conv = fields.get("conv", "")
         try:
@@ -217,94 +400,182 @@ class InboundStream:
             log.error("inbound entry %s is malformed; skipped", entry_id)
             item = None
         try:
-            for attempt in range(1, 11):
-                try:
-                    if seq:
-                        await self._in_order(conv, seq, lambda: self._run(handler, item, entry_id))
-                    else:
-                        await self._run(handler, item, entry_id)
-                    await self.redis.xack(self.stream, GROUP, entry_id)
-                    return
-                except RedisError as exc:
-                    log.warning("Redis failed on entry %s (attempt %d: %s); retrying", entry_id, attempt, exc)
-                    await asyncio.sleep(min(5.0, 0.1 * 2**attempt))
-            log.error("entry %s left pending after repeated Redis failures; it will be claimed again", entry_id)
-        finally:
-            self._in_flight.discard(entry_id)
+            if item is not None:
+                if seq:
+                    await self._in_order(conv, seq, entry_id, lambda: self._run(handler, item, entry_id))
+                else:
+                    self._started.add(entry_id)
+                    await self._run(handler, item, entry_id)
+        except outage_errors() as exc:
+            log.warning("inbound entry %s: the store stayed away (%s); left pending for a retry", entry_id, exc)
+            return
+        except LeaseLost:
+            log.warning("inbound entry %s: its conversation was taken over; left to the new holder", entry_id)
+            return
+        with contextlib.suppress(Exception):
+            await self._patience.run(
+                lambda: self.redis.xack(self.stream, GROUP, entry_id), passing_errors(), grace=PUBLISH_PATIENCE_S
+            )
 
     @staticmethod
-    async def _run(handler: Handler, item: BotMessage | PlatformEvent | None, entry_id: str) -> None:
-        if item is None:
-            return
+    async def _run(handler: Handler, item: BotMessage | PlatformEvent, entry_id: str) -> None:
         try:
             await handler(item)
+        except outage_errors():
+            raise
         except Exception:
             log.exception("turn for inbound entry %s failed; acknowledged so it is not retried forever", entry_id)
 
-    async def _in_order(self, conv: str, seq: int, turn: Callable[[], Awaitable[None]]) -> None:
+    async def _get_done(self, done_key: str) -> int:
+        raw = await self._patience.run(lambda: self.redis.get(done_key), passing_errors())
+        return int(raw or 0)
+
+    async def _in_order(
+        self, conv: str, seq: int, entry_id: str, turn: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
         """Run message `seq` of `conv` once message `seq - 1` is done, holding the lock."""
         done_key = self.store.key(f"conv:done:{conv}")
         lock_key = self.store.key(f"lock:conv:{conv}")
-        pause, waited = 0.005, 0.0
-        while True:
-            done = int(await self.redis.get(done_key) or 0)
-            if done >= seq:  # handled already (a worker died between finishing and acknowledging)
-                return
-            # Only a predecessor lost for good (trimmed from the stream) is ever skipped.
-            if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
-                lease = Lease(self.redis, lock_key, self.lock_ttl)
-                await lease.acquire(poll=0.01)
-                try:
-                    done = int(await self.redis.get(done_key) or 0)
-                    if done >= seq:
-                        return
-                    if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
-                        if done != seq - 1:
-                            log.warning("conversation %s: message %d never came; continuing at %d", conv, done + 1, seq)
-                        await turn()
-                        await self.redis.set(done_key, seq)
-                        return
-                finally:
-                    await lease.release()  # whatever happened: a held lock must never outlive us
-            await asyncio.sleep(pause)
-            waited += pause
-            pause = min(0.05, pause * 2)
+        loop = asyncio.get_running_loop()
+        since = self._waiting_since.setdefault(entry_id, loop.time())
+        pause = WAIT_POLL_S[0]
+        try:
+            while True:
+                done = await self._get_done(done_key)
+                if done >= seq:  # handled already (a worker died between finishing and acknowledging)
+                    return
+                waited = loop.time() - since
+                # Only a predecessor lost for good (trimmed from the stream) is ever skipped.
+                if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                    lease = Lease(self.redis, lock_key, self.lock_ttl, self._patience)
+                    await lease.acquire(poll=0.01)
+                    try:
+                        done = await self._get_done(done_key)
+                        if done >= seq:
+                            return
+                        if done == seq - 1 or waited > PREDECESSOR_PATIENCE * self.lease:
+                            if done != seq - 1:
+                                log.warning("conversation %s: message %d never came; continuing at %d", conv, done + 1, seq)
+                            self._waiting_since.pop(entry_id, None)
+                            self._started.add(entry_id)
+                            await self._guarded(turn, lease)
+                            await self._patience.run(lambda: self.redis.set(done_key, seq), passing_errors())
+                            return
+                    finally:
+                        await lease.release()  # whatever happened: a held lock must never outlive us
+                ended = self._turn_ended.setdefault(conv, asyncio.Event())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(ended.wait(), timeout=pause)
+                pause = min(WAIT_POLL_S[1], pause * 2)
+        finally:
+            self._waiting_since.pop(entry_id, None)
+            if conv in self._turn_ended:  # wake this conversation's next message here
+                self._turn_ended.pop(conv).set()
 
-    async def _ack(self, entry_id: str) -> None:
-        with contextlib.suppress(Exception):
-            await self.redis.xack(self.stream, GROUP, entry_id)
+    @staticmethod
+    async def _guarded(turn: Callable[[], Coroutine[Any, Any, None]], lease: Lease) -> None:
+        """Run the turn, stopping it if its conversation lock is lost meanwhile (this worker
+        was cut off from Redis longer than the lock lives, and another took over)."""
+        running = asyncio.create_task(turn())
+        lost = asyncio.create_task(lease.lost.wait())
+        try:
+            await asyncio.wait({running, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not running.done():
+                running.cancel()
+                with contextlib.suppress(BaseException):
+                    await running
+        if running.cancelled():
+            raise LeaseLost(lease.key)
+        running.result()
+
+
+class InboundJournal:
+    """The inbound record of one process on its own store: what was received and not yet
+    finished, in arrival order, so a restart answers what a crash cut off."""
+
+    def __init__(self, store: Store, dedup_ttl: float) -> None:
+        self.store = store
+        self.dedup_ttl = dedup_ttl
+
+    async def record(self, item: BotMessage | PlatformEvent) -> str | None:
+        """Write the item before the platform is acknowledged; None when `dedup_key` says it
+        was seen already (a platform retry). The dedup key and the entry land together."""
+        number = await self.store.incr("inbox:seq")
+        entry = f"inbox:item:{number:012d}"
+        key = dedup_key(item)
+        if key is None:
+            await self.store.set(entry, encode(item))
+            return entry
+        if await self.store.commit(key, [Put(entry, encode(item))], ttl=self.dedup_ttl):
+            return entry
+        return None
+
+    async def pending(self) -> list[tuple[str, BotMessage | PlatformEvent]]:
+        """Entries left by an earlier run, oldest first."""
+        found: list[tuple[str, BotMessage | PlatformEvent]] = []
+        for entry in sorted(await self.store.keys("inbox:item:")):
+            raw = await self.store.get(entry)
+            if raw is None:
+                continue
+            try:
+                found.append((entry, decode(raw)))
+            except (KeyError, ValueError, TypeError):
+                log.error("inbound journal entry %s is malformed; dropped", entry)
+                await self.store.delete(entry)
+        return found
+
+    async def done(self, entry: str) -> None:
+        await self.store.delete(entry)
 
 
 class PlatformLeader:
     """Holds one platform connection for the whole deployment: whoever holds the leader lock
     receives; when it dies, a standby takes over once the lock expires."""
 
-    def __init__(self, platform: str, make_adapter: Callable[[], Any], store: RedisStore, ttl: float) -> None:
+    def __init__(
+        self,
+        platform: str,
+        make_adapter: Callable[[], Any],
+        store: RedisStore,
+        ttl: float,
+        patience: Patience | None = None,
+    ) -> None:
         self.platform = platform
         self._make_adapter = make_adapter
         self._redis = store.client
         self._key = store.key(f"leader:{platform}")
         self._ttl = ttl
+        #: The receiving adapter while this process holds the connection (readiness reads it).
+        self.adapter: Any = None
+        self._patience = patience or Patience()
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            lease = Lease(self._redis, self._key, self._ttl)
-            if not await lease.try_acquire():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self._ttl / 3)
+            lease = Lease(self._redis, self._key, self._ttl, self._patience)
+            try:
+                taken = await lease.try_acquire()
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+                taken = False
+            if not taken:
+                await _pause(stop, self._ttl / 3)
                 continue
             adapter = self._make_adapter()
             try:
                 await adapter.start(inbound=True)
-                log.info("%s: this process now holds the platform connection", self.platform)
+                self.adapter = adapter
+                log.info("%s: this process now holds the platform connection (%s)", self.platform, adapter.mode or "receiving")
                 stopped, lost = asyncio.create_task(stop.wait()), asyncio.create_task(lease.lost.wait())
                 await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
                 stopped.cancel()
                 lost.cancel()
             except Exception:
                 log.exception("%s: the platform connection failed; retrying", self.platform)
-                await asyncio.sleep(1.0)
+                await _pause(stop, 1.0)
             finally:
+                self.adapter = None
                 with contextlib.suppress(Exception):
                     await adapter.stop()
                 await lease.release()

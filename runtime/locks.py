@@ -4,6 +4,12 @@ A conversation lock keeps one turn per conversation across all workers; a leader
 one process per platform connection. Both expire `ttl` after their holder stops renewing
 them (a crash, a `kill -9`), so a successor takes over within seconds, and both are released
 only by the token that took them, so a late holder cannot free someone else's lock.
+
+A heartbeat that meets a store outage keeps trying; the lock counts as lost only when the
+store says it is someone else's. One that expired while the store stood still (every
+holder's renewal was late) is simply taken again by its holder; workers hold back from
+taking anything over for a while after an outage (runtime/durable.py), so the holders get
+there first.
 """
 
 from __future__ import annotations
@@ -14,11 +20,21 @@ import logging
 import uuid
 from typing import Any
 
+from botweave.store import Patience
+from botweave.store.redis import passing_errors
+
 log = logging.getLogger(__name__)
 
+# Renew the lock if it is ours; take it again if it expired while nobody else took it (Redis
+# stood still longer than the lock lives: every holder's renewal was late, not just ours).
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
 end
 return 0
 """
@@ -31,29 +47,46 @@ return 0
 
 
 class Lease:
-    def __init__(self, redis: Any, key: str, ttl: float) -> None:
+    def __init__(self, redis: Any, key: str, ttl: float, patience: Patience | None = None) -> None:
         self._redis = redis
         self.key = key
         self.ttl = ttl
         self.token = uuid.uuid4().hex
+        self._patience = patience or Patience()
         self._heartbeat: asyncio.Task[None] | None = None
         self.lost = asyncio.Event()
         self._released = asyncio.Event()
+        self._uncertain = False  # an attempt failed without an answer: it may have taken the lock
 
     async def try_acquire(self) -> bool:
-        taken = bool(await self._redis.set(self.key, self.token, px=int(self.ttl * 1000), nx=True))
+        try:
+            taken = bool(await self._redis.set(self.key, self.token, px=int(self.ttl * 1000), nx=True))
+            if not taken and self._uncertain:
+                # The earlier attempt may have landed with its answer lost: then it is ours.
+                taken = await self._redis.get(self.key) == self.token
+        except passing_errors():
+            self._uncertain = True
+            raise
+        self._uncertain = False
         if taken:
             self._heartbeat = asyncio.create_task(self._beat())
         return taken
 
     async def acquire(self, poll: float = 0.05, timeout: float | None = None) -> bool:
+        """Wait for the lock (store outages included); False only when `timeout` ran out."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while not await self.try_acquire():
+        while True:
+            try:
+                if await self.try_acquire():
+                    self._patience.succeeded()
+                    return True
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+                await asyncio.sleep(max(poll, 0.2))
             if deadline is not None and loop.time() >= deadline:
                 return False
             await asyncio.sleep(poll)
-        return True
 
     async def _beat(self) -> None:
         # Stopped by an event, not by cancellation: redis-py may turn a cancellation inside a
@@ -68,9 +101,17 @@ class Lease:
                 pass
             try:
                 renewed = await self._redis.eval(_RENEW, 1, self.key, self.token, int(self.ttl * 1000))
-            except Exception as exc:
+            except passing_errors() as exc:
+                self._patience.failed(exc)
+                interval = min(self.ttl / 3, 0.5)  # try again soon; the lock is still ours
+                continue
+            except Exception as exc:  # noqa: BLE001 - a heartbeat must not die of a surprise
                 log.warning("could not renew lock %s (%s); retrying", self.key, exc)
                 continue
+            self._patience.succeeded()
+            interval = self.ttl / 3
+            if renewed == 2:
+                log.info("lock %s had expired while the store was away; taken again", self.key)
             if not renewed:
                 log.error("lock %s was lost (expired or taken over)", self.key)
                 self.lost.set()
@@ -81,5 +122,9 @@ class Lease:
         if self._heartbeat is not None:
             await asyncio.wait({self._heartbeat}, timeout=self.ttl)
             self._heartbeat = None
+        # Through a short outage too: a lock left behind would hold its conversation up for
+        # a whole ttl.
         with contextlib.suppress(Exception):
-            await self._redis.eval(_RELEASE, 1, self.key, self.token)
+            await self._patience.run(
+                lambda: self._redis.eval(_RELEASE, 1, self.key, self.token), passing_errors(), grace=self.ttl
+            )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from botweave.commands import CommandRegistry
 from botweave.delivery import Delivery
 from botweave.hooks import HookRegistry
+from botweave.media.reader import MediaStep
 from botweave.pipeline import Handler, Step, compose
 from botweave.policies.access_control import AccessControl
 from botweave.policies.admission import AdmissionStep
@@ -32,6 +33,7 @@ def build_pipeline(
     observe: Observe,
     rate_limit: RateLimit,
     admission: AdmissionStep,
+    media: MediaStep,
     turn: AgentTurn,
 ) -> Handler:
     steps: list[Step] = [
@@ -47,5 +49,6 @@ def build_pipeline(
         observe,  # group_policy observe: record, never answer
         rate_limit,  # per-user message budget
         admission,  # concurrent turn limits
+        media,  # the files of a message an agent answers: read within the media limits
     ]
     return compose(steps, turn)

@@ -13,7 +13,8 @@ from botweave.delivery import Delivery, ReplyChannel
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.router import Router
-from botweave.runtime.turns import user_entry
+from botweave.runtime.turns import turn_marker, user_entry
+from botweave.store import Store
 from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT
 
 
@@ -77,9 +78,11 @@ def agent_of(inbound: Inbound, agents: Mapping[str, Agent]) -> Agent | None:
 class Observe:
     """`group_policy: observe`: the message joins the agent's history, and nothing answers."""
 
-    def __init__(self, agents: Mapping[str, Agent], history: History) -> None:
+    def __init__(self, agents: Mapping[str, Agent], history: History, store: Store, ttl: float) -> None:
         self._agents = agents
         self._history = history
+        self._store = store
+        self._ttl = ttl
 
     async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         if not inbound.observe_only:
@@ -87,5 +90,7 @@ class Observe:
         agent = agent_of(inbound, self._agents)
         if agent is None:
             return TurnOutcome(TurnStatus.UNROUTABLE)
-        await self._history.append(inbound.conversation, agent.config.max_history, user_entry(inbound.message))
+        # keyed by the message, like a turn: recorded once however often the item runs
+        entry = self._history.append_op(inbound.conversation, agent.config.max_history, user_entry(inbound.message))
+        await self._store.commit(turn_marker(inbound.message), [entry], ttl=self._ttl)
         return TurnOutcome(TurnStatus.OBSERVED)

@@ -2,23 +2,41 @@
 history appended. A turn with tools records its calls and their results in history with the
 answer, as one item, so later turns see what the agent did.
 
+A turn's effects commit together: the user and assistant entries, the reply exactly as it
+will be sent, and the turn's marker (keyed by the inbound message) are written in one atomic
+store step, before the first chunk goes out. A turn that runs again after a crash finds the
+marker and only delivers what was committed (`resume`), so the model never sees a turn
+twice in its history and the person never gets a reply that differs from the recorded one.
+A streamed reply is on screen before it is complete, so it commits its history after the
+last edit; a re-run edits the same messages (the outbox remembers them).
+
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
 indicator shows for a turn that takes a while (see `TypingIndicator`) and is renewed for as
-long as it runs.
+long as it runs. The agent reads what the media step made
+of the message's files when there were any (images as content parts), and history keeps
+their compact markers; images the model returns follow its words as files.
+However it ends, a turn is reported once: one INFO line with what an operator asks first
+(which conversation, agent and model, how it ended, how long it took, how many tokens it
+used) and the turn metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from botweave.agents import Agent, AgentError, History, ToolTurn
-from botweave.delivery import Delivered, ReplyChannel
+from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
+from botweave.delivery import Delivered, Prepared, ReplyChannel
+from botweave.files import markers_for, message_text
+from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
+from botweave.store import Operation, Put, Store
 from botweave.tooling import ToolContext
-from botweave.types import BotMessage
+from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +46,72 @@ APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment.
 Finished = Callable[[BotMessage, Agent, Delivered, float], Awaitable[None]]
 
 
+def attribution(msg: BotMessage) -> str:
+    """What goes in front of a user turn: its author's name in groups."""
+    return f"[{msg.sender.name}] " if msg.is_group else ""
+
+
 def user_entry(msg: BotMessage) -> dict[str, str]:
-    """The user turn as stored and sent: attributed to its author in groups."""
-    turn = msg.prompt_text
-    if msg.is_group:
-        turn = f"[{msg.sender.name}] {turn}"
-    return {"role": "user", "content": turn}
+    """The user turn as stored and sent when its files are not read: attributed to its
+    author in groups, with a marker per file."""
+    return {"role": "user", "content": attribution(msg) + message_text(msg)}
+
+
+Run = Callable[["AgentTurn", BotMessage, Agent, str, ReplyChannel, "UserTurn | None"], Awaitable[TurnOutcome]]
+
+
+def _reported(run: Run) -> Run:
+    """The turn's INFO line and metrics, whichever way it ended (an exception is `error`)."""
+
+    @functools.wraps(run)
+    async def reported(
+        self: AgentTurn,
+        msg: BotMessage,
+        agent: Agent,
+        conversation: str,
+        reply: ReplyChannel,
+        turn: UserTurn | None = None,
+    ) -> TurnOutcome:
+        started = time.monotonic()
+        outcome = "error"
+        with counting_usage() as usage:
+            try:
+                result = await run(self, msg, agent, conversation, reply, turn)
+                outcome = result.status.value
+                return result
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                seconds = time.monotonic() - started
+                TURNS.labels(agent.name, outcome).inc()
+                TURN_SECONDS.observe(seconds)
+                fields = {
+                    "conversation": conversation,
+                    "agent": agent.name,
+                    "model": agent.model,
+                    "outcome": outcome,
+                    "latency_ms": round(seconds * 1000),
+                    "tokens_in": usage.tokens_in,
+                    "tokens_out": usage.tokens_out,
+                }
+                log.info(
+                    "turn %s: agent=%s model=%s outcome=%s latency_ms=%d tokens_in=%d tokens_out=%d",
+                    *fields.values(),
+                    extra=fields,
+                )
+
+    return reported
+
+
+def turn_marker(msg: BotMessage) -> str:
+    """The key whose presence says this message's turn has committed."""
+    return f"turn:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}"
+
+
+def reply_record(reply: ReplyChannel) -> str:
+    """Where a committed turn keeps the reply it is delivering."""
+    return f"reply:{reply.key('reply')}"
 
 
 #: How long a finished turn waits for a typing call already on its way: the turn is over
@@ -129,10 +207,14 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class AgentTurn:
     """The endpoint of the pipeline: the routed agent answers."""
 
-    def __init__(self, agents: Mapping[str, Agent], history: History, finished: Finished) -> None:
+    def __init__(
+        self, agents: Mapping[str, Agent], history: History, finished: Finished, store: Store, ttl: float
+    ) -> None:
         self._agents = agents
         self._history = history
         self._finished = finished
+        self._store = store
+        self._ttl = ttl
 
     async def __call__(self, inbound: Inbound) -> TurnOutcome:
         target = inbound.target
@@ -141,39 +223,108 @@ class AgentTurn:
             msg = inbound.message
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
-        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply)
+        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn)
 
-    async def run(self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel) -> TurnOutcome:
+    async def resume(self, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome | None:
+        """Finish a turn that committed before its process stopped: deliver the committed
+        reply (chunks already confirmed are not sent again). None when the turn never
+        committed and has to run."""
+        if await self._store.get(turn_marker(msg)) is None:
+            return None
+        raw = await self._store.get(reply_record(reply))
+        if raw is None:  # silent, or streamed: everything was on screen before the commit
+            return TurnOutcome(TurnStatus.REPLIED, detail="resumed")
+        log.info("%s: delivering the committed reply to %s after a restart", msg.platform, msg.message_id)
+        delivered = await reply.deliver(Prepared.from_json(raw))
+        return TurnOutcome(TurnStatus.REPLIED, delivered, detail="resumed")
+
+    @_reported
+    async def run(
+        self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel, turn: UserTurn | None = None
+    ) -> TurnOutcome:
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
-        entry = user_entry(msg)
-        turn = ToolTurn(ToolContext(agent.name, msg, conversation))
+        turn = turn or UserTurn(message_text(msg))
+        prefix = attribution(msg)
+        content = turn.content(prefix)
+        entry = {"role": "user", "content": turn.history(prefix)}
+        images: list[OutboundFile] = []
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation))
         typing = TypingIndicator(reply)
         typing.start()
         try:
             if reply.can_stream():
                 delivered = await reply.stream_text(
-                    agent.stream(earlier, entry["content"], turn),
+                    agent.stream(earlier, content, tools, images=images),
                     model=agent.model,
                     elapsed=lambda: time.monotonic() - started,
-                    tools=turn.used,
+                    tools=tools.used,
+                )
+                if delivered.cancelled:
+                    return TurnOutcome(TurnStatus.CANCELLED, delivered)
+                said = "" if delivered.silent else delivered.text
+                if images and not delivered.silent:
+                    await self._send_images(reply, images, delivered)
+                    said = "\n".join(part for part in (said, markers_for(images)) if part)
+                exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
+                await self._store.commit(
+                    turn_marker(msg),
+                    [self._history.append_turn_op(conversation, agent.config.max_history, exchange)],
+                    ttl=self._ttl,
                 )
             else:
-                text = await agent.complete(earlier, entry["content"], turn)
-                delivered = await reply.send_text(
-                    text, model=agent.model, seconds=time.monotonic() - started, tools=turn.used
-                )
+                text = await agent.complete(earlier, content, tools, images=images)
+                if images and not text.strip():
+                    prepared: Prepared | None = Prepared("", ())  # only pictures: nothing to say in words
+                else:
+                    prepared = await reply.prepare(
+                        text, model=agent.model, seconds=time.monotonic() - started, tools=tools.used
+                    )
+                if prepared is None:
+                    return TurnOutcome(TurnStatus.CANCELLED, Delivered(cancelled=True))
+                said = "" if prepared.silent else prepared.text
+                if images and not prepared.silent:
+                    said = "\n".join(part for part in (said, markers_for(images)) if part)
+                exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
+                prepared = await self._commit(msg, agent, conversation, reply, exchange, prepared)
+                delivered = await reply.deliver(prepared)
+                if images and not prepared.silent:
+                    await self._send_images(reply, images, delivered)
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(APOLOGY, purpose="apology")
             return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))
         finally:
             await typing.stop()
-        if delivered.cancelled:
-            return TurnOutcome(TurnStatus.CANCELLED, delivered)
-        answer = {"role": "assistant", "content": "" if delivered.silent else delivered.text}
-        await self._history.append_turn(conversation, agent.config.max_history, [entry, *turn.messages, answer])
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered)
         await self._finished(msg, agent, delivered, time.monotonic() - started)
         return TurnOutcome(TurnStatus.REPLIED, delivered)
+
+    @staticmethod
+    async def _send_images(reply: ReplyChannel, images: list[OutboundFile], delivered: Delivered) -> None:
+        """The model's images, each as a file after its words; their ids join the reply's."""
+        for number, image in enumerate(images, start=1):
+            posted = await reply.send_file(image, purpose=f"image-{number}")
+            delivered.message_ids.extend(posted.message_ids)
+            delivered.failures.extend(posted.failures)
+
+    async def _commit(
+        self,
+        msg: BotMessage,
+        agent: Agent,
+        conversation: str,
+        reply: ReplyChannel,
+        exchange: list[dict[str, Any]],
+        prepared: Prepared,
+    ) -> Prepared:
+        """History, reply and marker in one step; what to deliver is what was committed."""
+        operations: list[Operation] = [self._history.append_turn_op(conversation, agent.config.max_history, exchange)]
+        if not prepared.silent:
+            operations.append(Put(reply_record(reply), prepared.to_json(), ttl=self._ttl))
+        if await self._store.commit(turn_marker(msg), operations, ttl=self._ttl):
+            return prepared
+        # Another run of this turn committed first (or our own commit landed and its answer
+        # was lost to a timeout): deliver that one, never a second version.
+        raw = await self._store.get(reply_record(reply))
+        return Prepared.from_json(raw) if raw is not None else Prepared("", (), silent=True)

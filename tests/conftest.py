@@ -13,6 +13,15 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`botweave run` and `chat` keep state in the user state dir by default: every test (and
+    every process it starts) gets its own, never the real one."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -66,16 +75,22 @@ async def start_app() -> AsyncIterator[Callable[[Any], Awaitable[Any]]]:
         await asyncio.wait_for(app.stop(), 15)
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Any]:
-    """The store contract holds for both backends: tests using this run against each."""
-    from botweave.store import MemoryStore
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Any]:
+    """The store contract holds for every backend: tests using this run against each."""
+    from botweave.store import MemoryStore, SQLiteStore
     from botweave.store.redis import RedisStore
 
     if request.param == "memory":
         yield MemoryStore()
         return
-    redis = RedisStore(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    if request.param == "sqlite":
+        sqlite = SQLiteStore(tmp_path / "state.db")
+        await sqlite.connect()
+        yield sqlite
+        await sqlite.close()
+        return
+    redis = RedisStore(request.getfixturevalue("redis_url"), prefix=f"test:{uuid.uuid4().hex}:")
     await redis.connect()
     yield redis
     await redis.close()

@@ -151,6 +151,6 @@ def test_cli_pairing_refuses_a_memory_store(tmp_path):
     from tests.test_cli import botweave
 
     config_path = tmp_path / "bot.yaml"
-    config_path.write_text("agents: {assistant: {model: offline/echo}}\n")
+    config_path.write_text("agents: {assistant: {model: offline/echo}}\nstore: {url: 'memory://'}\n")
     result = botweave("pair", "list", "--config", str(config_path))
-    assert result.returncode == 2 and "needs a shared store" in result.stderr
+    assert result.returncode == 2 and "needs a store on disk or on a server" in result.stderr

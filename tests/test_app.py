@@ -233,7 +233,7 @@ async def test_streaming_edits_one_message_into_the_final_reply():
 async def test_silence_token_sends_nothing(monkeypatch):
     app, adapter = await make_app(allow_silence=True, streaming=True, stream_edit_interval_ms=0)
 
-    async def silent_stream(history, turn, tools=None):
+    async def silent_stream(history, turn, tools=None, **_):
         for part in ("NO_", "REPLY"):
             yield part
 

@@ -135,7 +135,7 @@ def test_run_with_unreachable_redis_is_one_clear_error(tmp_path):
     config = tmp_path / "bot.yaml"
     config.write_text("agents: {a: {model: offline/echo}}\nplatforms: {console: {}}\nstore: {url: 'redis://127.0.0.1:1/0'}\n")
     result = botweave("run", str(config))
-    assert result.returncode != 0
+    assert result.returncode == 3
     assert "cannot reach the Redis store at redis://127.0.0.1:1/0" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -285,3 +285,70 @@ def test_schedule_list_and_run_now(tmp_path):
     assert ran.stdout.strip() == "reporter (offline echo) heard: [schedule digest] What happened overnight?"
     failed = botweave("schedule", "run", "nowhere", "--config", str(config))
     assert failed.returncode == 1 and "schedule nowhere failed: target 'telegram:42' does not resolve" in failed.stderr
+
+
+def test_chat_on_a_terminal_has_a_banner_a_prompt_history_and_a_thinking_cue(tmp_path):
+    """A pseudo-terminal, as a person's shell gives one: the banner names the agent and model,
+    the prompt shows a cue while the first reply waits, Ctrl-D leaves, and the line is kept in
+    the prompt's history for the next session."""
+    import os
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TERM": "xterm", "XDG_STATE_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "botweave", "chat"], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path
+    )
+    os.close(slave)
+    seen = b""
+
+    def wait_for(needle: bytes, timeout: float = 60.0) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while needle not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        return needle in seen
+
+    try:
+        assert wait_for(b"assistant \xc2\xb7 offline/echo \xc2\xb7 /help for commands, Ctrl-D to leave"), seen
+        assert wait_for("›".encode()), seen
+        os.write(master, b"hello\r")
+        assert wait_for(b"thinking"), seen  # the first reply waits for the model library to load
+        assert wait_for(b"assistant (offline echo) heard: hello"), seen
+        # Ctrl-D once the prompt is back: while a reply prints, the terminal is briefly in
+        # cooked mode, where the line discipline itself would take a Ctrl-D
+        time.sleep(0.5)
+        os.write(master, b"\x04")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        proc.kill()
+        os.close(master)
+    assert "hello" in (tmp_path / "botweave" / "console_history").read_text()
+    assert b"Traceback" not in seen
+
+
+def test_log_format_goes_before_or_after_the_subcommand():
+    from botweave.runtime.cli import _parser
+
+    for argv in (["--log-format", "json", "run"], ["run", "--log-format", "json"], ["-v", "doctor", "--log-format", "json"]):
+        assert _parser().parse_args(argv).log_format == "json", argv
+    assert _parser().parse_args(["--log-format", "json", "chat", "-v"]).log_format == "json"  # not undone
+    assert _parser().parse_args(["chat"]).log_format == "text"
+
+
+def test_chat_keeps_state_in_a_file_per_config_unless_ephemeral(tmp_path, private_state_dir):
+    config = tmp_path / "mybot.yaml"
+    config.write_text("agents: {assistant: {model: offline/echo}}\nplatforms: {console: {}}\n")
+    ephemeral = botweave("chat", "--ephemeral", str(config), stdin="hello\n")
+    assert ephemeral.returncode == 0, ephemeral.stderr
+    assert not list(private_state_dir.rglob("*.db"))
+    kept = botweave("-v", "chat", str(config), stdin="hello\n")
+    assert kept.returncode == 0, kept.stderr
+    [database] = list(private_state_dir.rglob("*.db"))
+    assert database.name.startswith("mybot-") and f"store: sqlite:///{database}" in kept.stderr

@@ -38,7 +38,7 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "routes": [{"agent": "b"}]}, "routes.0.agent: unknown agent 'b'; defined agents: a"),
         ({**AGENTS, "routes": [{"match": {"platform": "x"}}]}, "routes.0: a route needs exactly one of `agent: NAME` or `room: NAME`"),
         ({**AGENTS, "routes": [{"match": {"chat_type": "team"}, "agent": "a"}]}, "routes.0.match.chat_type: must be one of dm, group, channel, thread (got 'team')"),
-        ({**AGENTS, "store": {"url": "postgres://x"}}, "store.url: must start with memory:// or redis://"),
+        ({**AGENTS, "store": {"url": "postgres://x"}}, "store.url: must start with sqlite://, memory:// or redis://"),
         ({**AGENTS, "platforms": {"slack": {"mode": "carrier-pigeon"}}}, "platforms.slack.mode: must be one of socket, http (got 'carrier-pigeon')"),
         ({**AGENTS, "agents": ["a"]}, "agents: must be a mapping of keys to values (got list)"),
         ({**AGENTS, "rooms": {"team": {"roster": ["a", "b"]}}}, "rooms.team.roster: b not defined under `agents:`; defined agents: a"),

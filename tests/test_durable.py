@@ -11,6 +11,7 @@ import pytest
 from botweave import App, PlatformCapabilities
 from botweave.runtime.durable import InboundStream
 from botweave.runtime.locks import Lease
+from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
 
 from tests.support import RecordingAdapter, message
@@ -195,7 +196,7 @@ async def test_redis_lost_while_running_is_retried_and_work_resumes(tmp_path, pr
     publisher = App.from_config(config(f"redis://127.0.0.1:{port}/0", prefix))
     publisher.add_adapter(Wide())
     await publisher.start(platforms=[], receive=False)
-    publisher.stream = InboundStream(publisher.store)  # type: ignore[arg-type]
+    publisher.stream = InboundStream(backend(publisher.store))  # type: ignore[arg-type]
     try:
         await publisher.submit(message("before", message_id="b1"))
         await wait_until(lambda: len(adapter.sent) == 1, timeout=20)
@@ -213,3 +214,30 @@ async def test_redis_lost_while_running_is_retried_and_work_resumes(tmp_path, pr
         await publisher.stop()
         server.terminate()
         server.wait(timeout=10)
+
+
+async def test_admission_limits_hold_across_workers(redis_url, prefix):
+    """max_concurrent_turns is the deployment's budget: two workers never run two turns at once."""
+    apps = []
+    for _ in range(2):
+        app = App.from_config(
+            config(redis_url, prefix) | {"admission": {"max_concurrent_turns": 1, "overflow": "queue"}}, role="worker"
+        )
+        adapter = Wide(send_delay=0.2)  # each turn holds its slot while it sends, 0.2 s
+        app.add_adapter(adapter)
+        await app.start(platforms=[])
+        apps.append((app, adapter))
+    publisher = RedisStore(redis_url, prefix)
+    stream = InboundStream(publisher)
+    for i in range(6):  # six conversations: nothing but the limit keeps them apart
+        await stream.publish(message(f"turn {i}", message_id=f"a{i}", chat_id=f"chat{i}", user_id=f"u{i}"))
+    try:
+        await wait_until(lambda: sum(len(adapter.sent) for _, adapter in apps) == 6, timeout=30)
+        assert all(adapter.sent for _, adapter in apps), "both workers took turns"
+        sends = sorted((s.at - 0.2, s.at) for _, adapter in apps for s in adapter.sent)
+        for (_, end), (begin, _) in zip(sends, sends[1:]):
+            assert begin >= end - 0.02, f"two turns ran at once across workers: {sends}"
+    finally:
+        for app, _ in apps:
+            await app.stop()
+        await publisher.close()

@@ -1,9 +1,16 @@
-"""The store contract, run against the in-memory store and a real Redis server alike."""
+"""The store contract, run against the in-memory store, a SQLite file and a real Redis server
+alike (the `store` fixture is parametrized over the three)."""
 
+import asyncio
+import logging
+import subprocess
+import sys
+import textwrap
 
 import pytest
-from botweave.store import MemoryStore, StoreUnavailable
+from botweave.store import Append, MemoryStore, PatientStore, Put, Remove, SQLiteStore, StoreOutage, StoreUnavailable
 from botweave.store.redis import RedisStore
+from botweave.store.sqlite import sqlite_path
 
 
 class Clock:
@@ -18,6 +25,8 @@ async def test_get_set_delete(store):
     assert await store.get("k") is None
     await store.set("k", "v")
     assert await store.get("k") == "v"
+    await store.set("k", "w")
+    assert await store.get("k") == "w"
     await store.delete("k", "missing")
     assert await store.get("k") is None
 
@@ -31,6 +40,7 @@ async def test_set_if_absent_claims_once(store):
 async def test_counters(store):
     assert await store.incr("n") == 1
     assert await store.incr("n", 5) == 6
+    assert await store.get("n") == "6"
 
 
 async def test_lists_append_trim_and_range(store):
@@ -39,7 +49,16 @@ async def test_lists_append_trim_and_range(store):
     assert await store.list_range("l") == ["b", "c", "d"]
     assert await store.list_range("l", -2, -1) == ["c", "d"]
     assert await store.list_range("l", 0, 0) == ["b"]
+    assert await store.list_range("l", -10, -1) == ["b", "c", "d"]
+    assert await store.list_range("l", 5, 9) == []
     assert await store.list_range("none") == []
+    await store.delete("l")
+    assert await store.list_range("l") == []
+
+
+async def test_lists_keep_unicode_and_json(store):
+    await store.list_append("h", '{"content": "naïve ☕ \\"quoted\\""}', "ünïcødé")
+    assert await store.list_range("h") == ['{"content": "naïve ☕ \\"quoted\\""}', "ünïcødé"]
 
 
 async def test_windows_count_recent_events(store):
@@ -52,8 +71,73 @@ async def test_windows_count_recent_events(store):
 async def test_keys_by_prefix(store):
     await store.set("pair:a", "1")
     await store.set("pair:b", "1")
+    await store.set("Pair:c", "1")
     await store.set("other", "1")
-    assert sorted(await store.keys("pair:")) == ["pair:a", "pair:b"]
+    await store.list_append("pair:list", "x")
+    assert sorted(await store.keys("pair:")) == ["pair:a", "pair:b", "pair:list"]
+    assert await store.keys("pair_") == []  # no wildcards hide in a prefix
+
+
+async def test_commit_applies_everything_once_and_only_when_the_marker_is_absent(store):
+    ops = [Append("history:c", ("user", "assistant"), 4), Put("reply:c", "hello"), Remove("draft:c")]
+    await store.set("draft:c", "half-written")
+    assert await store.commit("turn:1", ops, ttl=60)
+    assert await store.list_range("history:c") == ["user", "assistant"]
+    assert await store.get("reply:c") == "hello"
+    assert await store.get("draft:c") is None
+    assert await store.get("turn:1") == "1"
+    # the same turn again (after a crash, say): nothing is applied twice
+    assert not await store.commit("turn:1", [Append("history:c", ("user", "assistant"), 4), Put("reply:c", "other")])
+    assert await store.list_range("history:c") == ["user", "assistant"]
+    assert await store.get("reply:c") == "hello"
+    # trimming applies inside a commit too
+    assert await store.commit("turn:2", [Append("history:c", ("u2", "a2", "u3"), 4)], value="done")
+    assert await store.list_range("history:c") == ["assistant", "u2", "a2", "u3"]
+    assert await store.get("turn:2") == "done"
+
+
+async def test_commit_with_no_operations_is_a_claim(store):
+    assert await store.commit("turn:only", [])
+    assert not await store.commit("turn:only", [])
+
+
+async def test_concurrent_commits_of_one_marker_apply_once(store):
+    results = await asyncio.gather(*(store.commit("turn:race", [Append("h", (str(i),))]) for i in range(10)))
+    assert results.count(True) == 1
+    assert len(await store.list_range("h")) == 1
+
+
+async def test_slots_are_limited_all_or_none_and_released(store):
+    assert await store.slots_acquire([("adm:all", 2), ("adm:scope:a", 1)], "t1", ttl=30)
+    assert not await store.slots_acquire([("adm:all", 2), ("adm:scope:a", 1)], "t2", ttl=30)  # scope a is full
+    assert await store.slots_held("adm:all") == 1, "a refused claim takes nothing"
+    assert await store.slots_acquire([("adm:all", 2), ("adm:scope:b", 1)], "t3", ttl=30)
+    assert not await store.slots_acquire([("adm:all", 2), ("adm:scope:c", 1)], "t4", ttl=30)  # all is full
+    assert await store.slots_acquire([("adm:all", 2), ("adm:scope:a", 1)], "t1", ttl=30), "a holder renews"
+    await store.slots_release(["adm:all", "adm:scope:a"], "t1")
+    assert await store.slots_held("adm:all") == 1
+    assert await store.slots_acquire([("adm:all", 2), ("adm:scope:a", 1)], "t2", ttl=30)
+    assert await store.slots_acquire([("adm:all", 0)], "t9", ttl=30), "0 is unlimited"
+
+
+async def test_an_expired_slot_comes_back(store):
+    assert await store.slots_acquire([("adm:x", 1)], "crashed", ttl=0.2)
+    assert not await store.slots_acquire([("adm:x", 1)], "next", ttl=0.2)
+    await asyncio.sleep(0.35)
+    assert await store.slots_acquire([("adm:x", 1)], "next", ttl=5)
+    assert await store.slots_held("adm:x") == 1
+
+
+async def test_ttls_expire(store):
+    await store.set("short", "v", ttl=0.2)
+    assert await store.set_if_absent("claim", "1", ttl=0.2)
+    assert await store.commit("marker", [Put("put", "v", ttl=0.2)], ttl=0.2)
+    await asyncio.sleep(0.35)
+    assert await store.get("short") is None
+    assert await store.get("put") is None
+    assert await store.set_if_absent("claim", "2", ttl=5)
+    assert await store.commit("marker", [])
+    assert "short" not in await store.keys("")
 
 
 async def test_memory_ttl_expires():
@@ -79,4 +163,91 @@ async def test_unreachable_redis_is_one_clear_error_without_the_password():
         await store.connect()
     assert "cannot reach the Redis store at redis://:***@127.0.0.1:1/0" in str(info.value)
     assert "hunter2" not in str(info.value)
+    with pytest.raises(StoreOutage):  # an operation that meets no server is an outage, not a crash
+        await store.get("k")
     await store.close()
+
+
+def test_sqlite_urls_name_relative_and_absolute_files(tmp_path):
+    assert sqlite_path("sqlite:///state/bot.db", tmp_path) == tmp_path / "state" / "bot.db"
+    assert sqlite_path("sqlite:////var/lib/bot.db", tmp_path).as_posix() == "/var/lib/bot.db"
+    with pytest.raises(ValueError):
+        sqlite_path("sqlite://", tmp_path)
+
+
+async def test_sqlite_state_survives_reopening_and_is_shared_with_another_process(tmp_path):
+    path = tmp_path / "bot.db"
+    store = SQLiteStore(path)
+    await store.connect()
+    await store.list_append("history:c", "one", "two")
+    assert await store.commit("turn:1", [Put("approved:telegram:42", "1")])
+    await store.close()
+    reopened = SQLiteStore(path)
+    await reopened.connect()
+    assert await reopened.list_range("history:c") == ["one", "two"]
+    # another process writes while this one holds the file open (a second shell's CLI)
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from botweave.store import SQLiteStore
+        async def main():
+            other = SQLiteStore({str(path)!r})
+            await other.connect()
+            assert not await other.commit("turn:1", [])
+            await other.set("approved:telegram:7", "1")
+            await other.close()
+        asyncio.run(main())
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert await reopened.get("approved:telegram:7") == "1"
+    await reopened.close()
+
+
+async def test_an_unusable_sqlite_path_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    store = SQLiteStore(blocker / "bot.db")
+    with pytest.raises(StoreUnavailable, match="cannot open the SQLite store"):
+        await store.connect()
+
+
+class Flaky(MemoryStore):
+    """Fails with an outage until `healthy` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.healthy = False
+        self.calls = 0
+
+    async def get(self, key):
+        self.calls += 1
+        if not self.healthy:
+            raise StoreOutage("redis: TimeoutError: Timeout reading from socket")
+        return await super().get(key)
+
+
+async def test_a_patient_store_waits_out_an_outage_and_warns_once(caplog):
+    inner = Flaky()
+    patient = PatientStore(inner, grace=10)
+
+    async def recover() -> None:
+        await asyncio.sleep(0.8)
+        inner.healthy = True
+
+    with caplog.at_level(logging.WARNING, logger="botweave.store.patient"):
+        recovering = asyncio.create_task(recover())
+        results = await asyncio.gather(*(patient.get("k") for _ in range(5)))
+        await recovering
+    assert results == [None] * 5
+    assert inner.calls > 5, "the operations were retried"
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("is not answering" in line for line in lines) == 1, lines
+    assert sum("answers again" in line for line in lines) == 1, lines
+    assert not any(r.exc_info for r in caplog.records), "no tracebacks"
+
+
+async def test_a_patient_store_gives_up_after_its_grace():
+    patient = PatientStore(Flaky(), grace=0.5)
+    with pytest.raises(StoreOutage):
+        await patient.get("k")

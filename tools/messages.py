@@ -14,15 +14,18 @@ group admin could otherwise be talked into deleting what people wrote.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
+from botweave.config import MediaConfig
 from botweave.delivery import Delivery, Destination
+from botweave.files import send_file
 from botweave.targets import Targets
-from botweave.tooling import ToolContext, action_output
+from botweave.tooling import Egress, ToolContext, action_output
 from botweave.tools.python import FunctionTool, function_tool
 from botweave.types import MessageActionResult
 
-MESSAGE_TOOLS = ("send_message", "react", "edit_message", "delete_message", "create_thread")
+MESSAGE_TOOLS = ("send_message", "react", "edit_message", "delete_message", "create_thread", "send_file")
 
 
 def _no_route(target: str, detail: str = "target not resolvable") -> dict[str, Any]:
@@ -30,11 +33,21 @@ def _no_route(target: str, detail: str = "target not resolvable") -> dict[str, A
 
 
 class MessageTools:
-    """The message tools of the running bot, bound to its delivery and targets."""
+    """The message tools of the running bot, bound to its delivery and targets; `send_file`
+    also needs each agent's media settings and network egress policy."""
 
-    def __init__(self, delivery: Delivery, targets: Targets) -> None:
+    def __init__(
+        self,
+        delivery: Delivery,
+        targets: Targets,
+        *,
+        media_for: Callable[[str], MediaConfig],
+        egress_for: Callable[[str], Egress],
+    ) -> None:
         self.delivery = delivery
         self.targets = targets
+        self._media_for = media_for
+        self._egress_for = egress_for
 
     def tools(self, names: tuple[str, ...] = MESSAGE_TOOLS) -> dict[str, FunctionTool]:
         return {name: function_tool(getattr(self, name)) for name in names}
@@ -137,3 +150,47 @@ class MessageTools:
             return action_output(result, to.target)
         thread = Destination(to.adapter, to.chat_id, result.thread_id)
         return {**action_output(result, thread.target), "thread_id": result.thread_id}
+
+    async def send_file(
+        self,
+        context: ToolContext,
+        target: str = "origin",
+        url: str | None = None,
+        data_base64: str | None = None,
+        path: str | None = None,
+        filename: str | None = None,
+        caption: str = "",
+    ) -> dict[str, Any]:
+        """Post a file (an image is shown as a picture). Give exactly one source.
+
+        Args:
+            target: Where to post: "origin" (this conversation), a platform name for its home
+                chat, "platform:chat_id" or "platform:chat_id:thread_id".
+            url: An http(s) address to fetch the file from (within the network policy).
+            data_base64: The file's bytes, base64-encoded.
+            path: A file inside the configured files folder.
+            filename: The name to post it under (defaults from the source).
+            caption: Text shown with the file, in Markdown.
+        """
+        origin = context.origin
+        key = None
+        if origin is not None:
+            # A turn that runs again (after a crash) must not post the same file twice.
+            source = url or path or hashlib.sha1((data_base64 or "").encode()).hexdigest()
+            digest = hashlib.sha1(f"{target}\n{source}\n{filename}\n{caption}".encode()).hexdigest()[:16]
+            key = f"out:{origin.platform}:{origin.channel.channel_id}:{origin.message_id}:file:{digest}"
+        result = await send_file(
+            self.delivery,
+            self.targets,
+            target,
+            media=self._media_for(context.agent),
+            origin=origin,
+            url=url,
+            data_base64=data_base64,
+            path=path,
+            filename=filename,
+            caption=caption,
+            egress=self._egress_for(context.agent).refusal,
+            key=key,
+        )
+        return action_output(result, result.target)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from botweave.config import AgentConfig, McpServerConfig, ToolEntry
+from botweave.config import AgentConfig, McpServerConfig, MediaConfig, ToolEntry
 from botweave.delivery import Delivery
 from botweave.targets import Targets
 from botweave.tooling import Egress, Tool
@@ -24,10 +24,12 @@ NEEDS_LEDGER = frozenset({"edit_message", "delete_message"})
 
 @dataclass(frozen=True)
 class ToolServices:
-    """What the built-ins act through."""
+    """What the built-ins act through: delivery and targets, and each agent's media settings
+    (what `send_file` may post)."""
 
     delivery: Delivery
     targets: Targets
+    media_for: Callable[[str], MediaConfig]
 
 
 def mcp_servers(agents: Mapping[str, AgentConfig]) -> dict[str, McpServerConfig]:
@@ -50,7 +52,9 @@ class Toolsets:
     ) -> None:
         self._agents = agents
         self._egress_for = egress_for
-        self.messages = MessageTools(services.delivery, services.targets)
+        self.messages = MessageTools(
+            services.delivery, services.targets, media_for=services.media_for, egress_for=egress_for
+        )
         self.mcp = McpServers(mcp_servers(agents))
 
     @property

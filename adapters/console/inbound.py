@@ -1,7 +1,10 @@
 """Console input: lines from stdin as messages from the one local user, in one DM.
 
-Reading happens in a daemon thread, so the event loop never blocks on the terminal and a read
-blocked there never keeps the process alive after Ctrl-C.
+A pipe is read line by line in a daemon thread, so the event loop never blocks on it and a
+read blocked there never keeps the process alive after Ctrl-C. A terminal gets a prompt with
+line editing and history (prompt_toolkit, on the event loop): replies print above the prompt,
+and a "thinking…" cue shows beside it from the moment a line is sent until the first reply
+to it appears (the first one may wait seconds for the model library to load).
 """
 
 from __future__ import annotations
@@ -9,13 +12,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import sys
 import threading
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from botweave.adapter import Adapter
 from botweave.types import BotChannel, BotMessage, BotUser
 
 CHAT_ID = "console"
+PROMPT = "› "
+THINKING = "thinking…"
+
+
+def is_terminal(stdin: TextIO) -> bool:
+    """Whether `stdin` is this process's own terminal (and so is stdout, where replies go)."""
+    try:
+        return stdin is sys.stdin and stdin.isatty() and sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def history_path() -> Path:
+    """Where the prompt keeps its history between sessions (the XDG state directory)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "botweave" / "console_history"
 
 
 class ConsoleInbound:
@@ -26,6 +48,9 @@ class ConsoleInbound:
         self._user = BotUser("local", "local", user_name)
         self._channel = BotChannel(CHAT_ID, "dm", "console")
         self._reader: asyncio.Task[None] | None = None
+        self._session: Any = None  # the prompt_toolkit session, on a terminal
+        #: True from a line sent at the prompt until the first reply appears.
+        self.waiting = False
         self.finished = asyncio.Event()  # set at end of input
         self._last_id = 0
 
@@ -37,7 +62,14 @@ class ConsoleInbound:
         self._last_id = next(self._ids)
         return self._last_id
 
+    @property
+    def interactive(self) -> bool:
+        return is_terminal(self._in)
+
     def start(self) -> None:
+        if self.interactive:
+            self._reader = asyncio.create_task(self._prompt_lines())
+            return
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
         threading.Thread(target=self._read_blocking, args=(loop, lines), daemon=True).start()
@@ -46,6 +78,13 @@ class ConsoleInbound:
     def stop(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
+
+    def replied(self) -> None:
+        """Something was printed for the person: the cue goes."""
+        if self.waiting:
+            self.waiting = False
+            if self._session is not None:
+                self._session.app.invalidate()
 
     def _read_blocking(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
         try:
@@ -62,6 +101,36 @@ class ConsoleInbound:
                 if text.strip():
                     await self._adapter.dispatch(self.message(text))
         finally:
+            self.finished.set()
+
+    async def _prompt_lines(self) -> None:
+        """The terminal's prompt. Ctrl-D or Ctrl-C at the prompt ends the chat the way end of
+        input ends a pipe: what was asked is answered, then the bot stops."""
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        history: History
+        try:
+            path = history_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            history = FileHistory(str(path))
+        except OSError:
+            history = InMemoryHistory()
+        session: PromptSession[str] = PromptSession(history=history)
+        self._session = session
+        try:
+            with patch_stdout(raw=True):
+                while True:
+                    try:
+                        line = await session.prompt_async(PROMPT, rprompt=lambda: THINKING if self.waiting else "")
+                    except (EOFError, KeyboardInterrupt):
+                        break
+                    if line.strip():
+                        self.waiting = True
+                        await self._adapter.dispatch(self.message(line))
+        finally:
+            self._session = None
             self.finished.set()
 
     def message(self, text: str) -> BotMessage:

@@ -1,30 +1,54 @@
 """Console output: replies printed to stdout.
 
 A streamed reply is printed as it grows (an edit that extends the text prints only the new
-part), so a terminal shows tokens arriving and a pipe receives clean lines.
+part), so a terminal shows tokens arriving and a pipe receives clean lines. A terminal cannot
+show a file, so a file the bot sends is saved and its path printed, with its caption. Without a
+stream of its own it writes to whatever `sys.stdout` is at the time: on a terminal the prompt
+replaces it with a proxy that prints above the prompt line.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from botweave.adapter import ActionError, Outbound, Outcome
+from botweave.types import OutboundFile
 
 
 class ConsoleOutbound(Outbound):
-    def __init__(self, stdout: TextIO, typed: Callable[[str], bool] = lambda message_id: False) -> None:
-        self._out = stdout
+    def __init__(
+        self,
+        stdout: TextIO | None = None,
+        *,
+        typed: Callable[[str], bool] = lambda message_id: False,
+        save_dir: str | None = None,
+        shown: Callable[[], None] | None = None,
+    ) -> None:
+        self._stdout = stdout
         self._typed = typed  # whether an id is a line the person typed (reactions may go there)
+        self._save_dir = save_dir
+        self._shown = shown  # told whenever something is printed
         self._ids = itertools.count(1)
         #: Message id -> its text as printed so far (what the terminal shows for it).
         self.messages: dict[str, str] = {}
         self._open_line = False  # a streamed message may still grow on the current line
 
+    @property
+    def _out(self) -> TextIO:
+        return self._stdout if self._stdout is not None else sys.stdout
+
     def _write(self, text: str) -> None:
-        self._out.write(text)
-        self._out.flush()
+        out = self._out
+        out.write(text)
+        out.flush()
+        if self._shown is not None:
+            self._shown()
 
     def end_line(self) -> None:
         if self._open_line:
@@ -40,6 +64,31 @@ class ConsoleOutbound(Outbound):
         self._open_line = True
         self.messages[message_id] = text
         return message_id
+
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        path = self._save(file)
+        line = f"[file saved: {path}]" + (f" {caption}" if caption.strip() else "")
+        return await self.send(chat_id, line, thread_id=thread_id, reply_to=reply_to)
+
+    def _save(self, file: OutboundFile) -> Path:
+        """Under a fresh name, so nothing saved earlier is overwritten."""
+        if self._save_dir is None:
+            self._save_dir = tempfile.mkdtemp(prefix="botweave-files-")
+        folder = Path(self._save_dir).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        name = Path(file.filename).name or "file"
+        stem, suffix = os.path.splitext(name)
+        path = folder / name
+        for number in itertools.count(2):
+            try:
+                with path.open("xb") as handle:
+                    handle.write(file.data)
+                return path.resolve()
+            except FileExistsError:
+                path = folder / f"{stem}-{number}{suffix}"
+        raise AssertionError("unreachable")
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         shown = self.messages.get(message_id)

@@ -17,7 +17,8 @@ from typing import Any
 
 import discord
 import yarl
-from botweave.adapter import Adapter, PlatformRejected
+from botweave.adapter import Adapter, Check, PlatformRejected
+from botweave.metrics import RATE_LIMIT_WAIT
 from botweave.types import BotUser, PlatformCapabilities
 
 from ..cache import BoundedCache
@@ -36,6 +37,25 @@ class DiscordLoginError(PlatformRejected):
     """Discord refused the bot: bad token, or a privileged intent not enabled for it."""
 
 
+class _RateLimitWaits(logging.Filter):
+    """discord.py waits out Discord's 429s inside its HTTP client and reports each wait only
+    in a log record (`... Retrying in %.2f seconds.`); this reads the seconds from there. It
+    never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if "rate limit" in message and message.rstrip().endswith("Retrying in %.2f seconds.") and record.args:
+            args = record.args if isinstance(record.args, tuple) else (record.args,)
+            seconds = args[-1]
+            if isinstance(seconds, (int, float)):
+                RATE_LIMIT_WAIT.labels("discord").inc(float(seconds))
+        return True
+
+
+_RATE_LIMIT_WAITS = _RateLimitWaits()
+logging.getLogger("discord.http").addFilter(_RATE_LIMIT_WAITS)
+
+
 class DiscordAdapter(Adapter):
     platform = "discord"
     capabilities = PlatformCapabilities(
@@ -51,6 +71,9 @@ class DiscordAdapter(Adapter):
     )
     emits = ALL_KINDS
     typing_interval_s = 8.0  # Discord shows "typing" for 10 s per trigger
+    #: A create carrying a nonce Discord has seen (from the same bot, within minutes) is not
+    #: created again: discord.py sends `enforce_nonce` with every nonce it is given.
+    idempotency = "key"
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
@@ -154,6 +177,7 @@ class DiscordAdapter(Adapter):
             return
         error = task.exception()
         if error is not None and self._started:
+            self.failure = str(error)
             log.error("%s", error)
 
     async def _run_gateway(self) -> None:
@@ -177,6 +201,38 @@ class DiscordAdapter(Adapter):
     def _login_failed(reason: str) -> DiscordLoginError:
         """The one line a user sees; start() raises it (the runtime logs it), later it is logged."""
         return DiscordLoginError(f"discord: login failed: {reason}")
+
+    # --- health ----------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return "gateway" if self._connect_task is not None else ""
+
+    async def readiness(self) -> str | None:
+        """Receiving: the gateway WebSocket is open (discord.py replaces it when it
+        reconnects; the old one is closed meanwhile). Send-only: logged in."""
+        problem = await super().readiness()
+        if problem is not None or self._connect_task is None:
+            return problem
+        ws = self.client.ws
+        if self.client.is_closed() or ws is None or not ws.open:
+            return "the gateway is not connected"
+        return None
+
+    async def diagnose(self) -> list[Check]:
+        """users/@me with the configured token (discord.py's login), without opening the gateway."""
+        try:
+            await self.client.login(self.secret("token"))
+            user = self.client.user
+        except discord.LoginFailure:
+            return [Check("discord", False, "users/@me refused the token (401 Unauthorized)",
+                          "set platforms.discord.token to the bot token from the Developer Portal (Bot tab)")]
+        except (discord.HTTPException, OSError) as exc:
+            return [Check("discord", False, f"cannot reach the Discord API: {type(exc).__name__}: {exc}",
+                          "check the network, or platforms.discord.api_base_url")]
+        finally:
+            await self.client.close()
+        return [Check("discord", True, f"token accepted by users/@me ({user.name if user else '?'})")]
 
     async def stop(self) -> None:
         self.outbound = None

@@ -289,7 +289,8 @@ class DiscordInbound:
 
     def _quote(self, target: discord.Message) -> QuotedRef:
         text, _ = self._clean_text(target)
-        return QuotedRef(str(target.id), text, "bot" if self._is_own(target) else "user")
+        files = tuple(_attachment(a) for a in target.attachments)
+        return QuotedRef(str(target.id), text, "bot" if self._is_own(target) else "user", files)
 
     # --- inbound platform events -------------------------------------------------------------
 

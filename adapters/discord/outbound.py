@@ -1,17 +1,24 @@
-"""Outbound: replies, edits, deletions, reactions, typing and room posts through discord.py's REST client.
+"""Outbound: replies, edits, deletions, reactions, typing, files and room posts through
+discord.py's REST client.
 
 discord.py's own per-route rate limiting and `retry_after` handling are relied on instead of
-adding a second layer that would fight them. `classify` reads discord.py's errors.
+adding a second layer that would fight them. `classify` reads discord.py's errors. Files go
+up as message attachments (multipart, the caption as the message's content); files people
+sent are read from Discord's CDN, whose attachment URLs need no bot token.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Literal
 
 import discord
-from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
-from botweave.types import AgentIdentity
+from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
+from botweave.files import http_chunks
+from botweave.types import AgentIdentity, OutboundFile
 
 from ..cache import BoundedCache
 from .webhooks import DiscordWebhooks
@@ -27,6 +34,12 @@ ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=Tr
 PUBLIC_THREAD: Literal[11] = 11
 #: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
 _NO_THREADS_HERE = frozenset({50003, 50024})
+
+
+def chunk_nonce(key: str) -> str:
+    """The nonce a keyed chunk is sent with: the same for every attempt, within Discord's 25
+    characters. With `enforce_nonce` Discord answers a repeat with the original message."""
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
 class DiscordOutbound(Outbound):
@@ -54,14 +67,44 @@ class DiscordOutbound(Outbound):
         known = self._message_channels.get(message_id) if message_id else None
         return known if known is not None else int(chat_id)
 
-    async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        return await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to, nonce=chunk_nonce(key))
+
+    async def send(
+        self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None, nonce: str | None = None
+    ) -> str:
+        """Post one message; a nonce makes discord.py send `enforce_nonce`, so a repeat within
+        Discord's window returns the first message instead of posting a second."""
         target = self._target_id(chat_id, thread_id=thread_id)
         reference = None
         if reply_to:
             reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
-        sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS)
+        sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS, nonce=nonce)
         self._message_channels.put(str(sent.id), target)
         return str(sent.id)
+
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        target = self._target_id(chat_id, thread_id=thread_id)
+        reference = None
+        if reply_to:
+            reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
+        upload = discord.File(io.BytesIO(file.data), filename=file.filename)
+        sent = await self._channel(target).send(
+            caption or None, file=upload, reference=reference, allowed_mentions=ALLOWED_MENTIONS
+        )
+        self._message_channels.put(str(sent.id), target)
+        return str(sent.id)
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        url = str(ref.get("url") or "")
+        if not url:
+            raise ActionError("failed", "the attachment has no URL")
+        async for chunk in http_chunks(url, limit):
+            yield chunk
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         channel = self._channel(self._target_id(chat_id, message_id, thread_id))
@@ -147,6 +190,12 @@ class DiscordOutbound(Outbound):
             self._message_channels.put(str(sent.id), sent.channel.id)
             return str(sent.id)
         raise ActionError("failed", "send: the channel webhook kept disappearing")
+
+    def retryable(self, exc: Exception) -> bool:
+        """discord.py already waited out rate limits; a 4xx is Discord saying no."""
+        if isinstance(exc, discord.HTTPException):
+            return exc.status >= 500
+        return not isinstance(exc, ValueError)
 
     def classify(self, exc: Exception, action: str) -> Outcome:
         """discord.py's errors as statuses, with a short reason."""

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections import Counter
 from typing import Any
 
 import aiohttp
 from aiohttp import ClientConnectorError, web
-from botweave.adapter import Adapter, PlatformRejected
+from botweave.adapter import Adapter, Check, PlatformRejected
+from botweave.metrics import RATE_LIMIT_WAIT
 from botweave.types import BotUser, PlatformCapabilities
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -46,6 +48,17 @@ API_TIMEOUT_S = 30
 POOL_SIZE = 64
 
 
+class CountedRateLimitRetries(AsyncRateLimitErrorRetryHandler):
+    """slack_sdk's wait on HTTP 429 (`Retry-After`), with the time it waited counted."""
+
+    async def prepare_for_next_attempt_async(self, **kwargs: Any) -> None:
+        started = time.monotonic()
+        try:
+            await super().prepare_for_next_attempt_async(**kwargs)
+        finally:
+            RATE_LIMIT_WAIT.labels("slack").inc(time.monotonic() - started)
+
+
 class SlackAdapter(Adapter):
     platform = "slack"
     capabilities = PlatformCapabilities(
@@ -59,6 +72,8 @@ class SlackAdapter(Adapter):
         markdown="slack",
         edit_floor_ms=1000,  # chat.update is tier 3 (~50/min): one edit a second per stream
     )
+    # A post can carry message metadata and be found again by it (conversations.history).
+    idempotency = "lookup"
     # Slack has no "thread created" event: a thread exists once someone replies.
     emits = frozenset(
         {"message_edited", "message_deleted", "reaction_added", "reaction_removed", "member_joined", "member_left"}
@@ -119,6 +134,55 @@ class SlackAdapter(Adapter):
         if session is not None:
             await session.close()
 
+    # --- health --------------------------------------------------------------------------
+
+    async def readiness(self) -> str | None:
+        """Socket Mode: the WebSocket is connected and answering pings. HTTP: the Events API
+        endpoint is listening. Send-only: logged in."""
+        problem = await super().readiness()
+        if problem is not None:
+            return problem
+        if self._socket is not None:
+            try:
+                connected = await asyncio.wait_for(self._socket.client.is_connected(), 2.0)
+            except Exception:
+                connected = False
+            return None if connected else "the Socket Mode connection is not connected"
+        if self._bolt is not None and self._runner is None:
+            return "the Events API endpoint is not listening"
+        return None
+
+    async def diagnose(self) -> list[Check]:
+        """auth.test with the bot token; in Socket Mode also apps.connections.open with the app
+        token (it only hands out a URL: nothing connects)."""
+        client = self._web_client("lookup")
+        try:
+            auth = await client.auth_test()
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            return [Check("slack", False, f"auth.test refused the bot token ({error})",
+                          "set platforms.slack.bot_token to the xoxb- token from OAuth & Permissions")]
+        except Exception as exc:
+            return [Check("slack", False, f"cannot reach the Slack API: {type(exc).__name__}: {exc}",
+                          "check the network, or platforms.slack.api_base_url")]
+        checks = [Check("slack", True, f"bot token accepted by auth.test ({auth.get('user')} in {auth.get('team')})")]
+        if self.config.mode == "socket":
+            try:
+                await client.apps_connections_open(app_token=self.secret("app_token"))
+                checks.append(Check("slack socket mode", True, "app token accepted by apps.connections.open"))
+            except SlackApiError as exc:
+                checks.append(Check("slack socket mode", False,
+                                    f"apps.connections.open refused the app token ({exc.response.get('error')})",
+                                    "set platforms.slack.app_token to an xapp- token with connections:write"))
+            except Exception as exc:
+                checks.append(Check("slack socket mode", False, f"apps.connections.open failed: {exc}",
+                                    "check the network"))
+        else:
+            where = f"{self.config.http_host}:{self.config.http_port}{self.config.http_path}"
+            checks.append(Check("slack events api", True,
+                                f"listening on {where}; the app's Request URL must reach it over https"))
+        return checks
+
     def _web_client(self, purpose: str) -> AsyncWebClient:
         """A Web API client on `api_base_url`, with retries that suit what it is used for.
 
@@ -133,7 +197,7 @@ class SlackAdapter(Adapter):
         else:
             handlers = [AsyncConnectionErrorRetryHandler()]
         if purpose != "lookup":
-            handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
+            handlers.append(CountedRateLimitRetries(max_retry_count=RATE_LIMIT_RETRIES))
         base_url = self.config.api_base_url or DEFAULT_API_BASE
         return AsyncWebClient(
             token=self.secret("bot_token"),

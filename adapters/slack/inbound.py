@@ -278,6 +278,7 @@ class SlackInbound:
                 message_id=thread_ts,
                 text=await to_plain_text(root.get("text") or "", self._my_id, self._directory.display_name),
                 author="bot" if root_is_ours else "user",
+                attachments=tuple(_attachments(root.get("files") or [])),
             )
         return quoted, root_is_ours or replied_in
 

@@ -10,16 +10,24 @@ Rooms post each agent's turn under the agent's own name and icon (`username`, `i
 refuses the post (`missing_scope`, needed `chat:write.customize`); the operator is told once,
 the agent's name goes in bold in front of the text for the rest of the process, and the
 refused turn is posted again that way (a refused post was not delivered).
+
+Files go up with Slack's external upload flow (`files.getUploadURLExternal`, the bytes to
+the upload URL, `files.completeUploadExternal` sharing them with the caption as its comment).
+Files people sent are read from their `url_private` with the bot token, which is sent to
+Slack's own hosts only; a redirect or a web page instead of the file means Slack did not
+accept the token for it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from botweave.adapter import ActionError, NoIdentity, Outbound, Outcome
-from botweave.types import AgentIdentity
+from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
+from botweave.files import http_chunks
+from botweave.types import AgentIdentity, OutboundFile
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -37,6 +45,13 @@ CUSTOMIZE_SCOPE = "chat:write.customize"
 
 #: Told about every post of ours: (channel, ts, thread ts, the text as posted).
 PostedHook = Callable[[str, str, str | None, str], None]
+
+
+#: The message metadata event type of a keyed post; its payload holds the chunk's key.
+CHUNK_EVENT = "botweave_chunk"
+#: A keyed post is looked for among messages at most this much older than its intent.
+LOOKUP_MARGIN_S = 120.0
+LOOKUP_PAGES = 5
 
 
 class SlackOutbound(Outbound):
@@ -94,7 +109,41 @@ class SlackOutbound(Outbound):
                 )
             raise NoIdentity from exc
 
-    async def _post(self, chat_id: str, body: str, thread_id: str | None, **extra: str) -> str | None:
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """`send`, with the chunk's key in the message metadata so `find_sent` can tell
+        whether an attempt whose answer was lost posted it."""
+        metadata = {"event_type": CHUNK_EVENT, "event_payload": {"key": key}}
+        return await self._post(chat_id, _mrkdwn(text), thread_id, metadata=metadata)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None, since: float) -> str | None:
+        """The ts of our post carrying `key`: the thread's replies, or the channel's newest
+        messages back to a little before `since`. Raises when Slack cannot be asked."""
+        oldest_wanted = since - LOOKUP_MARGIN_S
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            if thread_id:
+                response = await self._client.conversations_replies(
+                    channel=chat_id, ts=thread_id, include_all_metadata=True, limit=200, cursor=cursor
+                )
+            else:
+                response = await self._client.conversations_history(
+                    channel=chat_id, include_all_metadata=True, limit=100, cursor=cursor
+                )
+            messages = list(response.get("messages") or [])
+            for message in messages:
+                metadata = message.get("metadata") or {}
+                if metadata.get("event_type") == CHUNK_EVENT and (metadata.get("event_payload") or {}).get("key") == key:
+                    return str(message["ts"])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                return None
+            if not thread_id and messages and _ts_seconds(messages[-1]) < oldest_wanted:
+                return None  # newest first: every later page is older still
+        return None
+
+    async def _post(self, chat_id: str, body: str, thread_id: str | None, **extra: Any) -> str | None:
         """One `chat.postMessage` of already converted mrkdwn."""
         kwargs: dict[str, Any] = {"channel": chat_id, "text": body, **extra}
         if thread_id:
@@ -103,6 +152,39 @@ class SlackOutbound(Outbound):
         ts = str(response.get("ts") or "")
         self._posted(chat_id, ts, thread_id, body)
         return ts or None
+
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """The external upload flow; the caption is the share's comment. The ts of the message
+        that shares the file, when Slack reports it."""
+        comment = markdown_to_mrkdwn(caption) if caption.strip() else None
+        kwargs: dict[str, Any] = {"channel": chat_id, "filename": file.filename, "content": file.data, "title": file.filename}
+        if comment:
+            kwargs["initial_comment"] = comment
+        if thread_id:
+            kwargs["thread_ts"] = thread_id
+        response = await self._post_client.files_upload_v2(**kwargs)
+        ts = _share_ts(response.get("files") or [], chat_id)
+        if ts:
+            self._posted(chat_id, ts, thread_id, comment or "")
+        return ts
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        url = str(ref.get("url") or "")
+        if not url:
+            raise ActionError("failed", "the file has no url_private")
+        if not self._slack_host(url):
+            raise ActionError("failed", "the file is not on a Slack host; the bot token is not sent there")
+        headers = {"Authorization": f"Bearer {self._client.token}"}
+        async for chunk in http_chunks(url, limit, headers=headers, follow_redirects=False, refuse_html=True):
+            yield chunk
+
+    def _slack_host(self, url: str) -> bool:
+        """Slack's file hosts, or the host the Web API is configured at (a proxy, a test)."""
+        host = (urlsplit(url).hostname or "").lower()
+        api_host = (urlsplit(self._client.base_url).hostname or "").lower()
+        return bool(host) and (host == api_host or host == "slack.com" or host.endswith(".slack.com"))
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         body = markdown_to_mrkdwn(text)
@@ -132,9 +214,13 @@ class SlackOutbound(Outbound):
         self._dm_channels.put(user_id, channel)
         return channel
 
+    def retryable(self, exc: Exception) -> bool:
+        """An error code is Slack's answer; only a call that got none may go through next time."""
+        return not isinstance(exc, SlackApiError)
+
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Slack's error code as the status it means; any other failure of a post may have
-        happened after Slack posted it, so it is reported and never retried."""
+        happened after Slack posted it (delivery looks for it before posting again)."""
         if isinstance(exc, SlackApiError):
             error = str(exc.response.get("error") or "error")
             if error in _ALREADY_DONE_ERRORS:
@@ -146,8 +232,19 @@ class SlackOutbound(Outbound):
             return "failed", error
         log.warning("slack: %s failed: %s", action, type(exc).__name__)
         if action == "send":
-            return "failed", f"{type(exc).__name__}; not resent (may have been delivered)"
+            return "failed", f"{type(exc).__name__}; may have been delivered"
         return "failed", type(exc).__name__
+
+
+def _share_ts(files: list[Any], chat_id: str) -> str | None:
+    """The ts of the message that shared an uploaded file into `chat_id` (in its `shares`)."""
+    for item in files:
+        shares = item.get("shares") if isinstance(item, dict) else None
+        for scope in (shares or {}).values():
+            for share in (scope or {}).get(chat_id) or []:
+                if isinstance(share, dict) and share.get("ts"):
+                    return str(share["ts"])
+    return None
 
 
 def _mrkdwn(text: str) -> str:
@@ -178,3 +275,10 @@ def _lacks_customize_scope(exc: SlackApiError) -> bool:
         return False
     needed = str(response.get("needed") or "")
     return CUSTOMIZE_SCOPE in {scope.strip() for scope in needed.split(",")}
+
+
+def _ts_seconds(message: dict[str, Any]) -> float:
+    try:
+        return float(message.get("ts") or 0)
+    except (TypeError, ValueError):
+        return 0.0

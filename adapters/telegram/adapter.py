@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
-from botweave.adapter import Adapter, PlatformRejected
+from botweave.adapter import Adapter, Check, PlatformRejected
 from botweave.types import BotUser, PlatformCapabilities
 from telegram import Update
 from telegram.error import Conflict, InvalidToken, TelegramError
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, TypeHandler
 
 from .client import PerChatUpdateProcessor, TolerantBot
 from .config import TelegramConfig
@@ -59,6 +61,11 @@ ALLOWED_UPDATES = (
 # (see client.PerChatUpdateProcessor).
 SEND_POOL_SIZE = 32
 CONCURRENT_UPDATES = 64
+#: Ports Telegram delivers webhooks to.
+WEBHOOK_PORTS = (443, 80, 88, 8443)
+#: A poll answers within its timeout when nothing happens; readiness allows twice that (and
+#: never less than this, so a zero poll timeout does not make every pause an outage).
+MIN_POLL_WINDOW_S = 2.0
 
 
 class _TokenRedactor(logging.Filter):
@@ -83,6 +90,12 @@ def _redacted_loggers() -> list[str]:
     return sorted(known)
 
 
+def _host(url: str) -> str:
+    """Where a URL points, without its path (a Bot API path carries the token)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
+
+
 def _file_base(api_base: str) -> str:
     """A self-hosted Bot API server serves files under /file/bot next to /bot."""
     if api_base.rstrip("/").endswith("/bot"):
@@ -97,6 +110,7 @@ class TelegramAdapter(Adapter):
     capabilities = PlatformCapabilities(
         max_message_length=4096,
         length_unit="utf16",
+        max_caption_length=1024,
         can_edit=True,
         can_delete=True,
         can_react=True,
@@ -125,6 +139,10 @@ class TelegramAdapter(Adapter):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._webhook: WebhookServer | None = None
         self._redactor: _TokenRedactor | None = None
+        #: How this instance receives once started ("polling", "webhook"), None when send-only.
+        self._receiving: str | None = None
+        #: When getUpdates last answered (time.monotonic()), for readiness.
+        self._last_poll = 0.0
 
     def __repr__(self) -> str:
         return f"TelegramAdapter(mode={self.config.mode!r}, running={self.running})"
@@ -196,13 +214,15 @@ class TelegramAdapter(Adapter):
             application.bot, Pacer(global_limit=(max(1, int(self.config.requests_per_second)), 1.0))
         )
         if not inbound:
-            log.info("telegram: @%s ready to send (not receiving)", me.username)
+            log.debug("telegram: @%s ready to send (not receiving)", me.username)
             return
         application.add_handler(TypeHandler(Update, self.inbound.on_update))
         application.add_error_handler(self._on_error)
         await application.start()
+        self._last_poll = time.monotonic()
         await self._receive(application)
-        log.info("telegram: @%s receiving updates by %s", me.username, self.config.mode)
+        self._receiving = self.config.mode
+        log.debug("telegram: @%s receiving updates by %s", me.username, self.config.mode)
 
     async def _receive(self, application: Application) -> None:
         if self.config.mode == "webhook":
@@ -241,6 +261,7 @@ class TelegramAdapter(Adapter):
     async def stop(self) -> None:
         """Stop receiving, let PTB finish, and close its HTTP clients; safe to call twice."""
         self.outbound = None
+        self._receiving = None
         webhook, self._webhook = self._webhook, None
         if webhook is not None:  # first, so requests in flight still find the application
             await webhook.stop()
@@ -291,6 +312,7 @@ class TelegramAdapter(Adapter):
 
     def _polled(self, updates: Sequence[Update]) -> None:
         self._conflicts = 0
+        self._last_poll = time.monotonic()
         self.inbound.polled(updates)
 
     def _on_poll_error(self, exc: TelegramError) -> None:
@@ -324,15 +346,78 @@ class TelegramAdapter(Adapter):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # --- files ---------------------------------------------------------------------------
+    # --- health ----------------------------------------------------------------------------
 
-    async def file_url(self, file_id: str) -> str | None:
-        """A download URL for an attachment's `file_id` (getFile), or None if unavailable."""
-        if self._application is None:
-            return None
+    @property
+    def mode(self) -> str:
+        return self.config.mode
+
+    async def readiness(self) -> str | None:
+        """Polling: a getUpdates answered within twice the poll timeout (a long poll answers
+        within the timeout even when nothing happens). Webhook: our server is listening."""
+        problem = await super().readiness()
+        if problem is not None:
+            return problem
+        if self._receiving == "polling":
+            window = max(2.0 * self.config.poll_timeout, MIN_POLL_WINDOW_S)
+            quiet = time.monotonic() - self._last_poll
+            if quiet > window:
+                return f"getUpdates has not answered for {quiet:.0f}s (poll timeout {self.config.poll_timeout}s)"
+        elif self._receiving == "webhook" and self._webhook is None:
+            return "the webhook server is not running"
+        return None
+
+    async def diagnose(self) -> list[Check]:
+        """getMe with the configured token, then the webhook settings (and what Telegram says
+        about the webhook it has on record)."""
+        token = self.secret("token")
+        api_base = self.config.api_base_url or DEFAULT_API_BASE
+        bot: ExtBot[None] = ExtBot(token, base_url=api_base, request=AiohttpRequest(1, connect_timeout=5.0, read_timeout=10.0))
+        checks: list[Check] = []
         try:
-            file = await self._application.bot.get_file(file_id)
+            await bot.initialize()  # getMe
+        except InvalidToken:
+            return [Check("telegram", False, "getMe refused the token (401 Unauthorized)",
+                          "set platforms.telegram.token to the token @BotFather gave you")]
         except TelegramError as exc:
-            log.warning("telegram: getFile failed: %s", exc)
-            return None
-        return file.file_path
+            detail = str(exc).replace(token, "***")
+            return [Check("telegram", False, f"getMe failed at {_host(api_base)}: {detail}",
+                          "check the network, or platforms.telegram.api_base_url")]
+        try:
+            checks.append(Check("telegram", True, f"token accepted by getMe (@{bot.bot.username})"))
+            checks.extend(await self._webhook_checks(bot))
+        finally:
+            await bot.shutdown()
+        return checks
+
+    async def _webhook_checks(self, bot: ExtBot[None]) -> list[Check]:
+        name = "telegram webhook"
+        if self.config.mode != "webhook":
+            return [Check(name, True, "none needed (polling)")]
+        url = self.config.webhook_url or ""
+        parts = urlsplit(url)
+        checks: list[Check] = []
+        if not url:
+            return [Check(name, False, "mode is webhook but webhook_url is not set",
+                          "set platforms.telegram.webhook_url to the public https URL of this bot")]
+        if parts.scheme != "https":
+            checks.append(Check(name, False, f"{url} is not https; Telegram delivers only to https URLs",
+                                "put the bot behind TLS and use an https webhook_url"))
+        if (parts.port or 443) not in WEBHOOK_PORTS:
+            checks.append(Check(name, False, f"{url} uses port {parts.port}; Telegram delivers only to 443, 80, 88 or 8443",
+                                "expose the webhook on one of those ports"))
+        if self.config.webhook_secret is None or not self.config.webhook_secret.get_secret_value():
+            checks.append(Check(name, False, "no webhook_secret: anyone who finds the URL can post updates",
+                                "set platforms.telegram.webhook_secret to a random string"))
+        try:
+            info = await bot.get_webhook_info()
+        except TelegramError as exc:
+            checks.append(Check(name, False, f"getWebhookInfo failed: {exc}", "check the network"))
+            return checks
+        if info.url == url and info.last_error_message:
+            checks.append(Check(name, False, f"Telegram reports for {url}: {info.last_error_message}",
+                                "check that the URL reaches this host (DNS, port, TLS certificate)"))
+        elif not checks:
+            registered = "registered" if info.url == url else "registered by botweave at start"
+            checks.append(Check(name, True, f"{url} ({registered})"))
+        return checks

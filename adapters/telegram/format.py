@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TELEGRAM_MAX_UTF16 = 4096
+TELEGRAM_MAX_CAPTION_UTF16 = 1024
 _ENTITY_PROBLEMS = ("can't parse entities", "can't find end of", "entity", "entities")
 
 
@@ -37,14 +38,15 @@ class Rendered:
     entities: list[MessageEntity] | None
 
 
-def render(markdown: str, bot: Bot) -> Rendered:
-    """Model markdown → text + entities; the original text when that fails or would not fit."""
+def render(markdown: str, bot: Bot, limit: int = TELEGRAM_MAX_UTF16) -> Rendered:
+    """Model markdown → text + entities; the original text when that fails or would not fit
+    `limit` (a message's, or a caption's)."""
     try:
         text, entities = telegramify_markdown.convert(markdown)
     except Exception:  # the converter is third-party; formatting is never worth a lost reply
         log.warning("telegram: markdown conversion failed; sending plain text", exc_info=True)
         return Rendered(markdown, None)
-    if not text.strip() or utf16_len(text) > TELEGRAM_MAX_UTF16:
+    if not text.strip() or utf16_len(text) > limit:
         return Rendered(markdown, None)
     native = [MessageEntity.de_json(entity.to_dict(), bot) for entity in entities]
     return Rendered(text, native or None)
@@ -56,9 +58,9 @@ class Formatted:
     The switch sticks, so a retry after a 429 does not try the rejected formatting again.
     """
 
-    def __init__(self, markdown: str, bot: Bot) -> None:
+    def __init__(self, markdown: str, bot: Bot, limit: int = TELEGRAM_MAX_UTF16) -> None:
         self.raw = markdown
-        self.current = render(markdown, bot)
+        self.current = render(markdown, bot, limit)
 
     async def apply(self, call: Callable[[str, list[MessageEntity] | None], Awaitable[T]]) -> T:
         current = self.current

@@ -400,7 +400,8 @@ class TelegramInbound:
         if replied is not None:
             author = "bot" if self._is_me(replied.from_user) else "user"
             text = partial or replied.text or replied.caption or ""
-            return QuotedRef(message_id=str(replied.message_id), text=text, author=author)
+            files = tuple(a for a in media_of(replied)[1] if a.get("file_id"))
+            return QuotedRef(message_id=str(replied.message_id), text=text, author=author, attachments=files)
         external = message.external_reply
         if external is not None:
             message_id = str(external.message_id) if external.message_id is not None else ""

@@ -3,21 +3,27 @@
 Every call runs under the pacer (pacing.py: per-chat order, rate limits, safe retries) and
 follows a group that became a supergroup (its new id is remembered). Text goes out as
 rendered markdown with plain text as the fallback (format.py).
+
+Files go up as multipart uploads: pictures by sendPhoto (shown inline), OGG voice notes by
+sendVoice (played as voice), anything else by sendDocument. Files people sent are read with
+getFile and the Bot API's file endpoint, whose URL contains the bot token: it is used here
+and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from botweave.adapter import ActionError, Outbound, Outcome
-from botweave.types import ActionStatus
-from telegram import Bot, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters
+from botweave.adapter import ActionError, ByteLimit, FileTooLarge, Outbound, Outcome
+from botweave.files import http_chunks
+from botweave.types import ActionStatus, OutboundFile
+from telegram import Bot, MessageEntity, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters
 from telegram.constants import ReactionEmoji
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
-from .format import Formatted, description
+from .format import TELEGRAM_MAX_CAPTION_UTF16, Formatted, description
 from .pacing import Pacer, surely_unsent, transient
 
 log = logging.getLogger(__name__)
@@ -25,6 +31,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REACTION_EMOJI = {str(e.value) for e in ReactionEmoji}
+#: What sendPhoto shows as a picture; other images (GIFs, large ones) go as documents.
+PHOTO_MIMES = frozenset({"image/jpeg", "image/png", "image/webp"})
+MAX_PHOTO_BYTES = 10 * 1024 * 1024
+#: The most the cloud Bot API hands a bot through getFile.
+MAX_DOWNLOAD_BYTES = 20 * 1024 * 1024
 
 # Bot API descriptions (lower-cased fragments) and what they mean for the caller.
 _NOT_FOUND = (
@@ -99,6 +110,59 @@ class TelegramOutbound(Outbound):
         message = await self._paced(chat_id, post, idempotent=False, new_message=True)
         return str(message.message_id)
 
+    async def send_file(
+        self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        """One multipart upload: sendPhoto, sendVoice or sendDocument (see the module docstring),
+        with the caption rendered like a message and plain if Telegram rejects its entities."""
+        method = upload_method(file)
+        formatted = Formatted(caption, self.bot, TELEGRAM_MAX_CAPTION_UTF16) if caption.strip() else None
+        reply_id = _as_int(reply_to)
+        reply = ReplyParameters(message_id=reply_id, allow_sending_without_reply=True) if reply_id else None
+
+        async def post(target: str) -> Any:
+            async def upload(body: str, entities: list[MessageEntity] | None) -> Any:
+                options: dict[str, Any] = {
+                    "chat_id": _as_chat(target),
+                    "caption": body or None,
+                    "caption_entities": entities,
+                    "message_thread_id": _as_int(thread_id),
+                    "reply_parameters": reply,
+                    "filename": file.filename,
+                    "write_timeout": 60.0,
+                }
+                if method == "photo":
+                    return await self.bot.send_photo(photo=file.data, **options)
+                if method == "voice":
+                    return await self.bot.send_voice(voice=file.data, **options)
+                return await self.bot.send_document(document=file.data, **options)
+
+            return await (formatted.apply(upload) if formatted is not None else upload("", None))
+
+        message = await self._paced(chat_id, post, idempotent=False, new_message=True)
+        return str(message.message_id)
+
+    async def read_file(self, ref: Mapping[str, Any], limit: ByteLimit) -> AsyncGenerator[bytes, None]:
+        """getFile (which declares the size), then the file endpoint."""
+        file_id = str(ref.get("file_id") or "")
+        if not file_id:
+            raise ActionError("failed", "the attachment has no Telegram file id")
+        try:
+            found = await self.bot.get_file(file_id)
+        except BadRequest as exc:
+            if "too big" in description(exc):
+                raise FileTooLarge(
+                    ref.get("size") if isinstance(ref.get("size"), int) else None,
+                    min(limit.max_bytes, MAX_DOWNLOAD_BYTES),
+                    "Telegram hands bots files up to 20 MB",
+                ) from None
+            raise
+        limit.declared(found.file_size)
+        if not found.file_path:
+            raise ActionError("failed", "Telegram gave no path for the file")
+        async for chunk in http_chunks(found.file_path, limit):
+            yield chunk
+
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         """Replace a message's text; 'not modified' counts as success (the text is there)."""
         number = _message_number(message_id, "edit")
@@ -156,6 +220,9 @@ class TelegramOutbound(Outbound):
             return
         await self.bot.send_chat_action(chat_id=_as_chat(target), action="typing", message_thread_id=_as_int(thread_id))
 
+    def retryable(self, exc: Exception) -> bool:
+        return not isinstance(exc, TelegramError) or transient(exc)
+
     def classify(self, exc: Exception, action: str) -> Outcome:
         """Telegram's own message for each refusal, as the status it means."""
         if not isinstance(exc, TelegramError):
@@ -167,8 +234,18 @@ class TelegramOutbound(Outbound):
         if action == "edit" and not_modified(exc):
             return "ok", "edit: message is not modified"
         if action == "send" and transient(exc) and not surely_unsent(exc):
-            return "failed", f"send: outcome unknown ({exc.message}); not resent to avoid a duplicate"
+            return "failed", f"send: outcome unknown ({exc.message})"
         return status_for(exc), f"{action}: {exc.message}"
+
+
+def upload_method(file: OutboundFile) -> str:
+    """photo, voice or document: how Telegram should show the file."""
+    mime = file.mime.split(";", 1)[0].strip().lower()
+    if mime in PHOTO_MIMES and file.size <= MAX_PHOTO_BYTES:
+        return "photo"
+    if file.kind == "voice":
+        return "voice"
+    return "document"
 
 
 def _as_chat(chat_id: str) -> int | str:

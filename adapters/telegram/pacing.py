@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 import httpx
+from botweave.metrics import RATE_LIMIT_WAIT
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 
 from .transport import never_sent
@@ -168,10 +169,14 @@ class Pacer:
         attempt = 0
         while True:
             attempt += 1
+            paced = time.monotonic()
             await self.gate.wait_cool(chat_id)
             if new_message and is_group_chat(chat_id):
                 await self._group_bucket(chat_id).take()
             await self._global.take()
+            waited = time.monotonic() - paced
+            if waited > 0.001:
+                RATE_LIMIT_WAIT.labels("telegram").inc(waited)
             try:
                 return await fn()
             except RetryAfter as exc:

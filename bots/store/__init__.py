@@ -1,7 +1,25 @@
-"""The state store: one interface (base.py), a backend per module, chosen by URL (url.py)."""
+"""The state store: one interface (base.py), a backend per module, chosen by URL (url.py),
+and the patience that waits out a store's short outages (patient.py)."""
 
-from botweave.store.base import Store, StoreUnavailable, redact_url
+from botweave.store.base import Append, Operation, Put, Remove, Store, StoreOutage, StoreUnavailable, redact_url
 from botweave.store.memory import MemoryStore
-from botweave.store.url import open_store
+from botweave.store.patient import Patience, PatientStore
+from botweave.store.sqlite import SQLiteStore
+from botweave.store.url import is_shared, open_store
 
-__all__ = ["MemoryStore", "Store", "StoreUnavailable", "open_store", "redact_url"]
+__all__ = [
+    "Append",
+    "MemoryStore",
+    "Operation",
+    "Patience",
+    "PatientStore",
+    "Put",
+    "Remove",
+    "SQLiteStore",
+    "Store",
+    "StoreOutage",
+    "StoreUnavailable",
+    "is_shared",
+    "open_store",
+    "redact_url",
+]

@@ -1,14 +1,51 @@
 """The state store: one async interface that every backend implements.
 
 The operations are the ones Redis does atomically (SET NX EX, RPUSH+LTRIM, INCR, sorted-set
-windows), so a Redis backend is a drop-in and workers can share dedup keys, histories and
-loop-guard windows. Values are strings; callers encode JSON themselves.
+windows), so every backend can be shared by workers: dedup keys, histories and loop-guard
+windows mean the same thing whichever process reads them. Values are strings; callers encode
+JSON themselves.
+
+Two operations exist for the delivery protocol. `commit` applies a turn's writes (history
+appends, the reply it will send) together with a marker, and only when the marker is absent,
+so a turn that runs again after a crash can neither apply its effects twice nor half-apply
+them. `slots_acquire` / `slots_release` hold counted slots with an expiry, so a limit on
+concurrent turns holds across processes and a crashed holder's slot comes back by itself.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append `values` to the list at `key`, then keep only its newest `max_len` items."""
+
+    key: str
+    values: tuple[str, ...]
+    max_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Set `key` to `value` (expiring after `ttl` seconds when given)."""
+
+    key: str
+    value: str
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Delete `key`, whatever it holds."""
+
+    key: str
+
+
+Operation = Append | Put | Remove
 
 
 class Store(ABC):
@@ -17,6 +54,10 @@ class Store(ABC):
 
     async def close(self) -> None:
         """Release connections."""
+
+    def describe(self) -> str:
+        """Where the state lives, safe to print (no password)."""
+        return type(self).__name__
 
     @abstractmethod
     async def get(self, key: str) -> str | None: ...
@@ -50,9 +91,36 @@ class Store(ABC):
     @abstractmethod
     async def keys(self, prefix: str) -> list[str]: ...
 
+    @abstractmethod
+    async def commit(
+        self, marker: str, operations: Sequence[Operation], *, value: str = "1", ttl: float | None = None
+    ) -> bool:
+        """Apply `operations` and set `marker` to `value` in one atomic step, only when `marker`
+        does not exist yet. True when this call applied them; False when the marker was there
+        (an earlier run committed, and nothing was written now)."""
+
+    @abstractmethod
+    async def slots_acquire(self, claims: Sequence[tuple[str, int]], holder: str, ttl: float) -> bool:
+        """Take a slot named `holder` in every `(key, limit)` of `claims`, all or none: False when
+        any key already has `limit` live holders. A slot expires `ttl` seconds after it was last
+        taken; taking it again while held renews it. A limit of 0 means unlimited."""
+
+    @abstractmethod
+    async def slots_release(self, keys: Sequence[str], holder: str) -> None:
+        """Give `holder`'s slot back in each of `keys` (a slot not held is ignored)."""
+
+    @abstractmethod
+    async def slots_held(self, key: str) -> int:
+        """How many live slots `key` has."""
+
 
 class StoreUnavailable(RuntimeError):
     """The store cannot be reached; the message names the URL without its password."""
+
+
+class StoreOutage(RuntimeError):
+    """One operation failed for a reason that passes (a timeout, a lost connection, a database
+    busy with another writer). Retrying later is the right response, not giving up."""
 
 
 def redact_url(url: str) -> str:

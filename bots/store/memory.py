@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from botweave.store.base import Store
+from botweave.store.base import Append, Operation, Put, Remove, Store
 
 Clock = Callable[[], float]
 
@@ -21,7 +21,7 @@ class _Entry:
 
 @dataclass
 class MemoryStore(Store):
-    """The embedded default: fast, process-local, gone on restart."""
+    """Fast, process-local, gone on restart: tests and `--ephemeral`."""
 
     clock: Clock = time.monotonic
     _data: dict[str, _Entry] = field(default_factory=dict)
@@ -37,6 +37,9 @@ class MemoryStore(Store):
 
     def _expiry(self, ttl: float | None) -> float | None:
         return None if ttl is None else self.clock() + ttl
+
+    def describe(self) -> str:
+        return "memory:// (in this process; gone when it stops)"
 
     async def get(self, key: str) -> str | None:
         entry = self._live(key)
@@ -64,12 +67,7 @@ class MemoryStore(Store):
         return value
 
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
-        entry = self._live(key)
-        if entry is None:
-            entry = self._data[key] = _Entry([])
-        entry.value.extend(values)
-        if max_len is not None and len(entry.value) > max_len:
-            del entry.value[: len(entry.value) - max_len]
+        self._append(key, values, max_len)
 
     async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
         entry = self._live(key)
@@ -91,3 +89,54 @@ class MemoryStore(Store):
 
     async def keys(self, prefix: str) -> list[str]:
         return [k for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None]
+
+    async def commit(
+        self, marker: str, operations: Sequence[Operation], *, value: str = "1", ttl: float | None = None
+    ) -> bool:
+        # No await between the check and the writes: nothing else runs in between.
+        if self._live(marker) is not None:
+            return False
+        for op in operations:
+            if isinstance(op, Append):
+                self._append(op.key, op.values, op.max_len)
+            elif isinstance(op, Put):
+                self._data[op.key] = _Entry(op.value, self._expiry(op.ttl))
+            elif isinstance(op, Remove):
+                self._data.pop(op.key, None)
+        self._data[marker] = _Entry(value, self._expiry(ttl))
+        return True
+
+    def _append(self, key: str, values: Sequence[str], max_len: int | None) -> None:
+        entry = self._live(key)
+        if entry is None:
+            entry = self._data[key] = _Entry([])
+        entry.value.extend(values)
+        if max_len is not None and len(entry.value) > max_len:
+            del entry.value[: len(entry.value) - max_len]
+
+    def _holders(self, key: str) -> dict[str, float]:
+        entry = self._live(key)
+        if entry is None or not isinstance(entry.value, dict):
+            entry = self._data[key] = _Entry({})
+        holders: dict[str, float] = entry.value
+        now = self.clock()
+        for name in [n for n, until in holders.items() if until <= now]:
+            del holders[name]
+        return holders
+
+    async def slots_acquire(self, claims: Sequence[tuple[str, int]], holder: str, ttl: float) -> bool:
+        tables = [(self._holders(key), limit) for key, limit in claims]
+        for holders, limit in tables:
+            if limit > 0 and holder not in holders and len(holders) >= limit:
+                return False
+        until = self.clock() + ttl
+        for holders, _ in tables:
+            holders[holder] = until
+        return True
+
+    async def slots_release(self, keys: Sequence[str], holder: str) -> None:
+        for key in keys:
+            self._holders(key).pop(holder, None)
+
+    async def slots_held(self, key: str) -> int:
+        return len(self._holders(key))

@@ -3,17 +3,29 @@
 Each operation is one atomic Redis step (SET NX PX, a MULTI, or a small Lua script), so two
 workers racing on one dedup key or loop-guard window cannot both win. Every key lives under
 a prefix (`botweave:<deployment>:`) so deployments can share a server.
+
+Timeouts are explicit: a command that gets no answer within `SOCKET_TIMEOUT_S` fails with
+`StoreOutage` instead of hanging, and redis-py reconnects once on a broken connection and
+otherwise leaves retrying to the caller, which knows whether waiting is worth it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import uuid
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, TypeVar
 
-from botweave.store.base import Store, StoreUnavailable, redact_url
+from botweave.metrics import STORE_ERRORS
+from botweave.store.base import Append, Operation, Put, Store, StoreOutage, StoreUnavailable, redact_url
 
 log = logging.getLogger(__name__)
+
+#: How long one command may go unanswered before it counts as failed.
+SOCKET_TIMEOUT_S = 5.0
+SOCKET_CONNECT_TIMEOUT_S = 3.0
 
 _INCR = """
 local value = redis.call('INCRBY', KEYS[1], ARGV[1])
@@ -30,36 +42,164 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return redis.call('ZCARD', KEYS[1])
 """
 
+# KEYS[1] the marker, KEYS[2..] one key per operation; ARGV: marker value, marker ttl (ms, 0
+# for none), the operations as JSON ([kind, value(s), max_len or ttl]).
+_COMMIT = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+local ops = cjson.decode(ARGV[3])
+for i, op in ipairs(ops) do
+  local key = KEYS[i + 1]
+  if op[1] == 'a' then
+    if #op[2] > 0 then
+      redis.call('RPUSH', key, unpack(op[2]))
+    end
+    if op[3] > 0 then
+      redis.call('LTRIM', key, -op[3], -1)
+    end
+  elseif op[1] == 'p' then
+    if op[3] > 0 then
+      redis.call('SET', key, op[2], 'PX', op[3])
+    else
+      redis.call('SET', key, op[2])
+    end
+  else
+    redis.call('DEL', key)
+  end
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 1
+"""
+
+# Slots are sorted-set members scored by their expiry in the server's clock, so workers whose
+# clocks disagree still agree on when a crashed holder's slot comes back.
+_SLOTS_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local limit = tonumber(ARGV[i + 2])
+  if limit > 0 and not redis.call('ZSCORE', key, ARGV[1]) and redis.call('ZCARD', key) >= limit then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('ZADD', key, now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1
+"""
+
+_SLOTS_HELD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 def _ms(ttl: float | None) -> int | None:
     return None if ttl is None else max(1, int(ttl * 1000))
 
 
+def _count_failure(exc: BaseException) -> None:
+    """Count a failed Redis command as a store error, unless it is an answer the callers
+    expect and handle (a script to load first, a consumer group that already exists)."""
+    from redis.exceptions import NoScriptError, RedisError
+
+    if isinstance(exc, NoScriptError) or "BUSYGROUP" in str(exc):
+        return
+    if isinstance(exc, (RedisError, OSError)):
+        STORE_ERRORS.inc()
+
+
+def _counting_client(pool: Any) -> Any:
+    """A redis-py client whose failed commands (and pipelines) are counted, whoever sends
+    them: this store, the inbound stream and the locks all talk through it."""
+    from redis.asyncio import Redis
+    from redis.asyncio.client import Pipeline
+
+    class CountingPipeline(Pipeline):
+        async def execute(self, raise_on_error: bool = True) -> Any:
+            try:
+                return await super().execute(raise_on_error)
+            except Exception as exc:
+                _count_failure(exc)
+                raise
+
+    class CountingRedis(Redis):
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            try:
+                return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            except Exception as exc:
+                _count_failure(exc)
+                raise
+
+        def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Any:
+            return CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+    return CountingRedis(connection_pool=pool)
+
+
+def passing_errors() -> tuple[type[BaseException], ...]:
+    """The redis-py errors that say "not now" rather than "never": a retry may succeed."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _outages(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Report a timeout or a lost connection as `StoreOutage`, the backend-neutral signal."""
+
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except passing_errors() as exc:
+            raise StoreOutage(f"redis: {type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
 class RedisStore(Store):
     def __init__(self, url: str, prefix: str = "botweave:default:") -> None:
-        from redis.asyncio import BlockingConnectionPool, Redis
-        from redis.backoff import ExponentialBackoff
+        from redis.asyncio import BlockingConnectionPool
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
         from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-        from redis.retry import Retry
 
         self.prefix = prefix
         self._url = url
         # A bounded pool that waits for a free connection: a burst of turns must not open
-        # hundreds of sockets at once.
+        # hundreds of sockets at once. One quick reconnect covers a connection that went stale
+        # (Redis restarted); anything longer is the caller's to wait out.
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=64,
             timeout=30,
             decode_responses=True,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),
-            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            retry_on_error=[RedisConnectionError],
             health_check_interval=15,
-            socket_connect_timeout=5.0,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_CONNECT_TIMEOUT_S,
+            socket_keepalive=True,
         )
-        self._redis: Any = Redis(connection_pool=pool)
+        self._redis: Any = _counting_client(pool)
         self._incr = self._redis.register_script(_INCR)
         self._window = self._redis.register_script(_WINDOW_ADD)
+        self._commit = self._redis.register_script(_COMMIT)
+        self._acquire = self._redis.register_script(_SLOTS_ACQUIRE)
+        self._held = self._redis.register_script(_SLOTS_HELD)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -72,6 +212,9 @@ class RedisStore(Store):
     def client(self) -> Any:
         return self._redis
 
+    def describe(self) -> str:
+        return redact_url(self._url)
+
     async def connect(self) -> None:
         from redis.exceptions import RedisError
 
@@ -83,23 +226,29 @@ class RedisStore(Store):
     async def close(self) -> None:
         await self._redis.aclose()
 
+    @_outages
     async def get(self, key: str) -> str | None:
         value: str | None = await self._redis.get(self._k(key))
         return value
 
+    @_outages
     async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
         await self._redis.set(self._k(key), value, px=_ms(ttl))
 
+    @_outages
     async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
         return bool(await self._redis.set(self._k(key), value, px=_ms(ttl), nx=True))
 
+    @_outages
     async def delete(self, *keys: str) -> None:
         if keys:
             await self._redis.delete(*(self._k(k) for k in keys))
 
+    @_outages
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         return int(await self._incr(keys=[self._k(key)], args=[amount, _ms(ttl) or 0]))
 
+    @_outages
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.rpush(self._k(key), *values)
@@ -107,15 +256,53 @@ class RedisStore(Store):
                 pipe.ltrim(self._k(key), -max_len, -1)
             await pipe.execute()
 
+    @_outages
     async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
         return list(await self._redis.lrange(self._k(key), start, end))
 
+    @_outages
     async def window_add(self, key: str, now: float, window: float) -> int:
         member = f"{now!r}:{uuid.uuid4().hex[:8]}"  # equal timestamps are still separate events
         return int(await self._window(keys=[self._k(key)], args=[now, now - window, member, _ms(window) or 0]))
 
+    @_outages
     async def keys(self, prefix: str) -> list[str]:
         found = []
         async for key in self._redis.scan_iter(match=self._k(prefix) + "*", count=500):
             found.append(key.removeprefix(self.prefix))
         return found
+
+    @_outages
+    async def commit(
+        self, marker: str, operations: Sequence[Operation], *, value: str = "1", ttl: float | None = None
+    ) -> bool:
+        encoded: list[list[Any]] = []
+        for op in operations:
+            if isinstance(op, Append):
+                encoded.append(["a", list(op.values), op.max_len or 0])
+            elif isinstance(op, Put):
+                encoded.append(["p", op.value, _ms(op.ttl) or 0])
+            else:
+                encoded.append(["d", "", 0])
+        keys = [self._k(marker), *(self._k(op.key) for op in operations)]
+        applied = await self._commit(keys=keys, args=[value, _ms(ttl) or 0, json.dumps(encoded)])
+        return bool(applied)
+
+    @_outages
+    async def slots_acquire(self, claims: Sequence[tuple[str, int]], holder: str, ttl: float) -> bool:
+        if not claims:
+            return True
+        keys = [self._k(key) for key, _ in claims]
+        return bool(await self._acquire(keys=keys, args=[holder, _ms(ttl) or 1, *(limit for _, limit in claims)]))
+
+    @_outages
+    async def slots_release(self, keys: Sequence[str], holder: str) -> None:
+        if keys:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for key in keys:
+                    pipe.zrem(self._k(key), holder)
+                await pipe.execute()
+
+    @_outages
+    async def slots_held(self, key: str) -> int:
+        return int(await self._held(keys=[self._k(key)]))

@@ -2,8 +2,9 @@
 
 A driver starts the platform's emulator and its adapter through the real SDK (the console reads
 a pipe and prints to a buffer) and answers, in the same words for every platform, what a person
-would see there: which text a message shows, who said it, what reached them privately. It also
-plays the platform's side: a person saying something, or the bot's own post coming back.
+would see there: which text a message shows, who said it, what reached them privately, which
+files the bot posted. It also plays the platform's side: a person saying something or sending
+a file, or the bot's own post coming back.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import asyncio
 import io
 import os
 import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from botweave.adapter import Adapter
 from botweave.adapters.console.adapter import ConsoleAdapter
+from botweave.adapters.console.config import ConsoleConfig
 from botweave.adapters.console.outbound import ConsoleOutbound
 from botweave.adapters.discord.adapter import DiscordAdapter
 from botweave.adapters.discord.config import DiscordConfig
@@ -32,6 +38,17 @@ from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_ca
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 
 Item = BotMessage | PlatformEvent
+
+
+@dataclass
+class PostedFile:
+    """A file the bot posted, as people see it: how it is shown, its name, bytes and caption."""
+
+    shown_as: str  # Telegram: photo, voice or document; elsewhere: attachment
+    filename: str
+    data: bytes
+    caption: str
+    message_id: str
 
 
 class PlatformDriver:
@@ -93,6 +110,28 @@ class PlatformDriver:
 
     async def own_post_comes_back(self, text: str) -> list[Item]:
         """A post by the bot's own user arrives inbound; what the adapter handed on for it."""
+        raise NotImplementedError
+
+    #: Whether people can send this platform files (the console reads lines only).
+    receives_files: ClassVar[bool] = True
+
+    def files_posted(self) -> list[PostedFile]:
+        """Every file the bot posted in `chat`, in order."""
+        raise NotImplementedError
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        """A person posts a file (the platform declares `declared_size`, default its real
+        size, and serves `data`); what the adapter handed on for it."""
+        raise NotImplementedError
+
+    def file_fetches(self) -> int:
+        """How many times the bot fetched a file's bytes from the platform."""
+        raise NotImplementedError
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        """A person answers one of the messages in `chat` (in its thread, on Slack)."""
         raise NotImplementedError
 
     async def _next_message(self, before: int) -> BotMessage:
@@ -158,6 +197,34 @@ class TelegramDriver(PlatformDriver):
         self.emu.push_message(self.dm, self.emu.bot, text)
         return [await self._next_message(before)]
 
+    def files_posted(self) -> list[PostedFile]:
+        return [
+            PostedFile(u.kind, u.filename or "", u.data, u.caption or "", str(u.message["message_id"]))
+            for u in self.emu.sent_media(int(self.chat))
+        ]
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        before = len(self.received)
+        if mime.startswith("image/"):
+            self.emu.push_photo(self.dm, self.ANN, data, caption or None, file_size=declared_size)
+        elif mime == "audio/ogg":
+            self.emu.push_voice(self.dm, self.ANN, data, caption or None, file_size=declared_size)
+        else:
+            self.emu.push_document(
+                self.dm, self.ANN, data, caption or None, file_name=filename, mime_type=mime, file_size=declared_size
+            )
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.downloads)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        self.emu.push_message(self.dm, self.ANN, text, reply_to=self.emu.messages[(int(self.chat), int(to.message_id))])
+        return await self._next_message(before)
+
 
 def speaker_of_telegram_post(message: dict[str, Any]) -> tuple[str, str]:
     """Telegram cannot change a post's author: the agent's name is a bold `Name:` in front
@@ -214,6 +281,29 @@ class DiscordDriver(PlatformDriver):
     async def person_says(self, text: str) -> BotMessage:
         before = len(self.received)
         await self.emu.dispatch("MESSAGE_CREATE", self.emu.message(text, channel_id=self.chat))
+        return await self._next_message(before)
+
+    def files_posted(self) -> list[PostedFile]:
+        return [
+            PostedFile("attachment", u.filename, u.data, self.emu.messages[u.message_id]["content"], u.message_id)
+            for u in self.emu.uploads
+            if u.channel_id == self.chat
+        ]
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        before = len(self.received)
+        attachment = self.emu.attachment(filename, mime, declared_size, data=data, channel_id=self.chat)
+        await self.emu.dispatch("MESSAGE_CREATE", self.emu.message(caption, channel_id=self.chat, attachments=[attachment]))
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.cdn_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        await self.emu.dispatch("MESSAGE_CREATE", self.emu.message(text, channel_id=self.chat, reply_to=to.message_id))
         return await self._next_message(before)
 
     async def own_post_comes_back(self, text: str) -> list[Item]:
@@ -273,6 +363,31 @@ class SlackDriver(PlatformDriver):
         await self.delivery.deliver_all(event_callback(self.emu.post_as_user(self.chat, self.person, text)))
         return await self._next_message(before)
 
+    def files_posted(self) -> list[PostedFile]:
+        return [
+            PostedFile("attachment", u.filename, u.data or b"", u.initial_comment, u.message_ts or "")
+            for u in self.emu.uploads.values()
+            if u.completed and u.channel == self.chat
+        ]
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        before = len(self.received)
+        shared = self.emu.add_file(filename, data, mimetype=mime, size=declared_size, user=self.person)
+        event = self.emu.post_as_user(self.chat, self.person, caption, subtype="file_share", files=[shared])
+        await self.delivery.deliver_all(event_callback(event))
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.file_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        event = self.emu.post_as_user(self.chat, self.person, text, thread_ts=to.message_id)
+        await self.delivery.deliver_all(event_callback(event))
+        return await self._next_message(before)
+
     async def own_post_comes_back(self, text: str) -> list[Item]:
         before = len(self.received)
         own = self.emu.post_as_user(self.chat, slack_emulator.BOT_USER_ID, text, bot_id=slack_emulator.BOT_ID)
@@ -297,9 +412,11 @@ class ConsoleDriver(PlatformDriver):
         self._typing.close()  # end of input: the reading thread ends
         await super().stop()
         await asyncio.to_thread(self._stdin.close)
+        shutil.rmtree(self.saved, ignore_errors=True)
 
     def make_adapter(self) -> Adapter:
-        return ConsoleAdapter(stdin=self._stdin, stdout=self.stdout)
+        self.saved = tempfile.mkdtemp(prefix="botweave-test-console-")
+        return ConsoleAdapter(ConsoleConfig(save_dir=self.saved), stdin=self._stdin, stdout=self.stdout)
 
     @property
     def _shown(self) -> dict[str, str]:
@@ -334,6 +451,17 @@ class ConsoleDriver(PlatformDriver):
 
     async def own_post_comes_back(self, text: str) -> list[Item]:
         return []  # the console never reads what it printed
+
+    receives_files = False
+
+    def files_posted(self) -> list[PostedFile]:
+        posted = []
+        for message_id, text in self._shown.items():
+            match = re.match(r"\[file saved: (.+?)\](?: (.*))?$", text, re.DOTALL)
+            if match:
+                path = Path(match.group(1))
+                posted.append(PostedFile("attachment", path.name, path.read_bytes(), match.group(2) or "", message_id))
+        return posted
 
 
 DRIVERS: dict[str, type[PlatformDriver]] = {

@@ -132,3 +132,15 @@ async def test_a_post_of_our_own_is_recognised_as_ours_and_a_persons_is_not(plat
     person = await platform.person_says("hello bot")
     assert person.text == "hello bot" and person.sender.user_id == platform.person
     assert not adapter.is_self(person.sender.user_id)
+
+
+async def test_a_started_adapter_is_ready_and_a_stopped_one_says_why_not(platform: PlatformDriver) -> None:
+    assert await platform.adapter.readiness() is None
+    fresh = platform.make_adapter()
+    assert await fresh.readiness() == "not started"
+
+
+async def test_diagnose_accepts_the_credentials_with_one_real_call(platform: PlatformDriver) -> None:
+    checks = await platform.make_adapter().diagnose()
+    assert checks and all(check.ok for check in checks), checks
+    assert checks[0].name == platform.name

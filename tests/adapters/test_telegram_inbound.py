@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from botweave.adapter import FileUnavailable
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, BotMessage, MessageType, PlatformEvent
 
@@ -374,12 +375,14 @@ async def test_a_rejected_token_fails_start_clearly(telegram_emulator, caplog):
     await adapter.stop()
 
 
-async def test_file_url_resolves_attachments_with_get_file(tg):
+async def test_attachments_are_read_with_get_file_and_the_file_endpoint(tg):
     emu, adapter, _ = tg
     emu.add_file("d1", "documents/file_1.pdf", b"%PDF")
-    url = await adapter.file_url("d1")
-    assert url == f"{emu.file_base_url}{emu.token}/documents/file_1.pdf"
-    assert await adapter.file_url("unknown") is None
+    assert await adapter.download({"file_id": "d1"}, max_bytes=100) == b"%PDF"
+    assert len(emu.calls_to("getFile")) == 1 and emu.downloads == ["documents/file_1.pdf"]
+    with pytest.raises(FileUnavailable) as missing:
+        await adapter.download({"file_id": "unknown"}, max_bytes=100)
+    assert "invalid file_id" in str(missing.value).lower() and emu.token not in str(missing.value)
 
 
 async def test_token_never_reaches_the_logs(tg, caplog):

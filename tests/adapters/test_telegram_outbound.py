@@ -89,19 +89,20 @@ async def test_full_4096_utf16_units_fit_one_message(tg):
 
 
 @pytest.mark.parametrize(
-    ("code", "description", "status"),
+    ("code", "description", "status", "retryable"),
     [
-        (403, "Forbidden: bot was blocked by the user", "failed"),
-        (400, "Bad Request: chat not found", "no_route"),
-        (400, "Bad Request: message thread not found", "no_route"),
-        (500, "Internal Server Error", "failed"),
+        (403, "Forbidden: bot was blocked by the user", "failed", False),
+        (400, "Bad Request: chat not found", "no_route", False),
+        (400, "Bad Request: message thread not found", "no_route", False),
+        (500, "Internal Server Error", "failed", True),
     ],
 )
-async def test_send_errors_become_results_not_exceptions(tg, code, description, status):
+async def test_send_errors_become_results_not_exceptions(tg, code, description, status, retryable):
     emu, adapter = tg
     emu.fail("sendMessage", code=code, description=description)
     result = await adapter.send("1", "hi")
     assert result.status == status and result.message_id is None
+    assert result.retryable is retryable  # only a failure on Telegram's side is worth another try
     assert len(emu.calls_to("sendMessage")) == 1  # none of these is retried
     assert emu.sent_texts(1) == []
 
@@ -110,7 +111,7 @@ async def test_a_send_that_may_have_been_delivered_is_not_repeated(tg):
     emu, adapter = tg
     emu.drop_after_delivery("sendMessage")
     result = await adapter.send("1", "only once")
-    assert result.status == "failed" and "not resent" in result.detail
+    assert result.status == "failed" and result.retryable  # delivery decides; the adapter never repeats
     assert len(emu.calls_to("sendMessage")) == 1
     assert [m.get("text") for (chat, _), m in emu.messages.items() if chat == 1] == ["only once"]
 

@@ -10,7 +10,7 @@ What it answers, for each chat request in arrival order:
 2. otherwise what `on_request(body)` returns, if that hook is set and returns something;
 3. otherwise `reply` (plain text).
 
-A reply can be text, tool calls (several of them are parallel calls), both, or an HTTP error,
+A reply can be text, tool calls (several of them are parallel calls), both, images, or an HTTP error,
 and can carry its own latency and streaming shape. Tool calls get OpenAI-style ids; every later
 request is checked against them the way OpenAI checks a conversation (each `tool` message must
 answer a `tool_calls` entry of the assistant message right before it, and every call must be
@@ -100,6 +100,10 @@ class Reply:
     usage: dict[str, int] | None = None
     #: None means "tool_calls" when there are calls, else "stop".
     finish_reason: str | None = None
+    #: Images the model returns, as (mime, bytes): in the message's `images` list as data: URLs
+    #: (the shape image-generating models have through OpenAI-compatible APIs), or streamed in
+    #: one delta before the finish.
+    images: list[tuple[str, bytes]] = field(default_factory=list)
 
 
 ToolCallSpec = Union[ToolCall, dict[str, Any], tuple[str, Any]]
@@ -499,6 +503,8 @@ class OpenAIEmulator:
                 message["tool_calls"] = [c.wire() for c in reply.tool_calls]
             elif message["content"] is None:
                 message["content"] = ""
+            if reply.images:
+                message["images"] = _image_items(reply.images)
             return web.json_response(
                 {
                     "id": "chatcmpl-emu",
@@ -540,6 +546,8 @@ class OpenAIEmulator:
             await send({"tool_calls": [header]}, wait=bool(text) or position > 0)
             for fragment in split_even(call.arguments_json, self.argument_chunks):
                 await send({"tool_calls": [{"index": position, "function": {"arguments": fragment}}]}, wait=True)
+        if reply.images:
+            await send({"images": _image_items(reply.images)}, wait=True)
         await send({}, finish, wait=True)
         if include_usage:
             final = {"id": "chatcmpl-emu", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
@@ -595,6 +603,13 @@ class OpenAIEmulator:
                  "segments": []}
             )
         return web.json_response({"text": text, "usage": {"type": "duration", "seconds": 1}})
+
+
+def _image_items(images: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    return [
+        {"type": "image_url", "index": i, "image_url": {"url": f"data:{mime};base64,{base64.b64encode(data).decode()}"}}
+        for i, (mime, data) in enumerate(images)
+    ]
 
 
 def _decode_data_url(url: str) -> tuple[str | None, bytes | None]:

@@ -1,0 +1,151 @@
+"""`botweave doctor`: does this configuration work here, now?
+
+`check` validates the file; the doctor tries it, the way a first `run` would, and stops short
+of answering anyone: the configuration loads, each enabled platform accepts its credentials
+(one real call each: getMe, users/@me, auth.test) and its webhook settings can work, the store
+answers, each agent's model answers a one-token request. One line per check, `ok` or `FAIL`
+with what to change; a platform without credentials is `skip` (bot.yaml may list platforms
+not used on this host). Any FAIL makes the exit code 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from botweave.adapter import Check
+from botweave.agents import load_litellm
+from botweave.config import ConfigError
+from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
+from botweave.runtime.platforms import installed_platforms
+from botweave.store import open_store, redact_url
+
+#: Seconds any single check may take before it counts as failed.
+CHECK_TIMEOUT_S = 30.0
+
+
+def line(check: Check) -> str:
+    if check.skipped:
+        return f"skip {check.name}: {check.detail}"
+    if check.ok:
+        return f"ok   {check.name}: {check.detail}"
+    return f"FAIL {check.name}: {check.detail} fix: {check.fix}"
+
+
+def _load(path: str | None) -> tuple[Config | None, Check]:
+    found = find_config(path)
+    where = str(found) if found is not None else "built-in console configuration"
+    try:
+        config = load_config(found if found is not None else BUILTIN_CONFIG)
+    except ConfigError as exc:
+        more = f" (and {len(exc.problems) - 1} more; `botweave check` lists them all)" if len(exc.problems) > 1 else ""
+        return None, Check("config", False, f"{where}: {exc.problems[0]}{more}", "edit the configuration as the message says")
+    if config.store.url is None:  # the store `botweave run` would use
+        config.store.url = default_store_url(config)
+    agents = ", ".join(config.agents)
+    return config, Check("config", True, f"{where} (agents: {agents})")
+
+
+async def _platforms(config: Config) -> list[Check]:
+    checks: list[Check] = []
+    for name, spec in installed_platforms().items():
+        section = config.platform(name)
+        if section is None:
+            continue
+        if not section.enabled:
+            checks.append(Check(name, True, "disabled (enabled: false)", skipped=True))
+            continue
+        missing = config.missing_credentials(name)
+        if missing:
+            checks.append(Check(name, True, f"no credentials: {'; '.join(missing)}", skipped=True))
+            continue
+        try:
+            checks.extend(await asyncio.wait_for(spec.create(section).diagnose(), CHECK_TIMEOUT_S))
+        except asyncio.TimeoutError:
+            checks.append(Check(name, False, f"no answer within {CHECK_TIMEOUT_S:.0f}s", "check the network"))
+        except Exception as exc:
+            checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", f"check platforms.{name}"))
+    return checks
+
+
+async def _store(config: Config) -> Check:
+    url = config.store.url or "memory://"
+    if url.startswith("memory://"):
+        return Check("store", True, "memory:// (inside the bot process; state is lost when it stops)")
+    store = open_store(url, config.store.prefix, base=config.base_dir)
+    try:
+        await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(store.get("doctor:probe"), CHECK_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return Check("store", False, f"{redact_url(url)} did not answer within {CHECK_TIMEOUT_S:.0f}s",
+                     "check that the store is running and reachable from here, or fix store.url")
+    except Exception as exc:
+        return Check("store", False, str(exc) or type(exc).__name__,
+                     "start the store or fix store.url (and its password)")
+    finally:
+        await store.close()
+    return Check("store", True, f"{redact_url(url)} answers")
+
+
+def _distinct_models(config: Config) -> Iterable[tuple[str, Any]]:
+    """One agent per model and endpoint: two agents on one model need one request."""
+    seen: set[tuple[str, str | None, str | None]] = set()
+    for name, agent in config.agents.items():
+        key = (agent.model, agent.api_base, agent.api_key.get_secret_value() if agent.api_key else None)
+        if key not in seen:
+            seen.add(key)
+            yield name, agent
+
+
+async def _model(name: str, agent: Any) -> Check:
+    litellm = await load_litellm()
+    label = f"model {agent.model} (agent {name})"
+    secret = agent.api_key.get_secret_value() if agent.api_key is not None else None
+    request: dict[str, Any] = {
+        "model": agent.model,
+        "messages": [{"role": "user", "content": "Reply with the word ok."}],
+        "max_tokens": 1,
+        "timeout": min(agent.timeout_seconds, CHECK_TIMEOUT_S),
+        "num_retries": 0,
+        "metadata": {"botweave_agent": name},
+    }
+    if agent.api_base:
+        request["api_base"] = agent.api_base
+    if secret:
+        request["api_key"] = secret
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(litellm.acompletion(**request), CHECK_TIMEOUT_S + 5)
+    except Exception as exc:
+        detail = (str(exc).splitlines() or [""])[0][:300]
+        if secret:
+            detail = detail.replace(secret, "***")
+        return Check(label, False, f"{type(exc).__name__}: {detail}",
+                     f"check agents.{name}.model and its key (the provider's API key variable, or agents.{name}.api_key / api_base)")
+    return Check(label, True, f"answered in {time.monotonic() - started:.1f}s")
+
+
+async def doctor(path: str | None, *, model: bool = True, out: TextIO) -> int:
+    """Run every check, print one line each to `out`; 1 when any failed, else 0."""
+    failed = False
+
+    def report(check: Check) -> None:
+        nonlocal failed
+        failed = failed or not (check.ok or check.skipped)
+        print(line(check), file=out, flush=True)
+
+    config, loaded = _load(path)
+    report(loaded)
+    if config is None:
+        return 1
+    for check in await _platforms(config):
+        report(check)
+    report(await _store(config))
+    if not model:
+        report(Check("model", True, "not checked (--no-model)", skipped=True))
+    else:
+        for name, agent in _distinct_models(config):
+            report(await _model(name, agent))
+    return 1 if failed else 0

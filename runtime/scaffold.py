@@ -1,0 +1,160 @@
+"""`botweave init`: a first bot.yaml for the chosen platforms and model.
+
+The file it writes is meant to be read: each section says what it is for and where its
+credentials come from. Credentials are `${VARIABLE:-}` references, never values, so the file
+can be committed; a platform whose variable is not set yet is skipped with a message naming
+the variable (and `botweave doctor` reports it as skipped). An existing file is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+DEFAULT_MODEL = "offline/echo"
+DEFAULT_PLATFORMS = ("console",)
+
+HEADER = """\
+# botweave configuration, written by `botweave init`.
+# Check it with `botweave doctor`, run it with `botweave run`.
+# ${NAME} is read from the environment when the bot starts; ${NAME:-} means "empty if unset".
+"""
+
+BOT = """\
+bot:
+  # Strangers on a chat platform get a pairing code, which you approve with
+  # `botweave pair approve <platform> <code>` (the console admits its one user). To change
+  # that: unknown_user_policy: allow (anyone) | deny (ignore strangers) | pair.
+  # In groups, answer only when mentioned (respond_all, mention_only, command_only, observe).
+  group_policy: mention_only
+"""
+
+PLATFORMS: dict[str, str] = {
+    "console": """\
+  # This terminal (`botweave chat` talks to it).
+  console: {}
+""",
+    "telegram": """\
+  # Telegram: create a bot with @BotFather and export TELEGRAM_BOT_TOKEN.
+  telegram:
+    token: "${TELEGRAM_BOT_TOKEN:-}"
+    mode: polling            # or webhook (then set webhook_url and webhook_secret)
+""",
+    "discord": """\
+  # Discord: Developer Portal > your application > Bot > token; enable the Message Content
+  # intent there, and export DISCORD_BOT_TOKEN.
+  discord:
+    token: "${DISCORD_BOT_TOKEN:-}"
+""",
+    "slack": """\
+  # Slack: a bot token (xoxb-, OAuth & Permissions) and, for Socket Mode, an app token
+  # (xapp-, Basic Information > App-Level Tokens, scope connections:write).
+  slack:
+    bot_token: "${SLACK_BOT_TOKEN:-}"
+    app_token: "${SLACK_APP_TOKEN:-}"
+    mode: socket             # or http (then set signing_secret and expose http_port)
+""",
+}
+
+OPS = """\
+# Metrics (/metrics), liveness (/healthz) and readiness (/readyz) for your monitoring.
+# ops:
+#   listen: "127.0.0.1:9464"
+
+# Python modules whose setup(app) adds commands, hooks and tools.
+# plugins: [my_plugin]
+"""
+
+
+def render(platforms: Sequence[str], model: str, key_variables: Sequence[str] = ()) -> str:
+    """The commented bot.yaml for these platforms and this model."""
+    unknown = [name for name in platforms if name not in PLATFORMS]
+    if unknown:
+        raise ValueError(f"unknown platform(s) {', '.join(unknown)}; choose from {', '.join(PLATFORMS)}")
+    if model == DEFAULT_MODEL:
+        model_note = "  # offline/echo repeats what it hears: swap in a real model, e.g. openai/gpt-4o-mini"
+    elif key_variables:
+        model_note = f"  # the provider's key is read from {' and '.join(key_variables)}"
+    else:
+        model_note = "  # any model litellm knows: provider/model"
+    agents = (
+        "agents:\n"
+        "  assistant:\n"
+        f"    model: {model}{model_note}\n"
+        '    instructions: "You are a helpful assistant. Answer briefly."\n'
+    )
+    chosen = "".join(PLATFORMS[name] for name in platforms)
+    return "\n".join([HEADER, BOT, agents, "platforms:\n" + chosen, OPS])
+
+
+def key_variables(model: str) -> list[str]:
+    """The environment variables the model's provider needs that are not set here (litellm
+    knows them per provider); none when it cannot tell."""
+    if model == DEFAULT_MODEL:
+        return []
+    try:
+        from botweave.agents import litellm_module
+
+        found = litellm_module().validate_environment(model=model)
+    except Exception:
+        return []
+    return [str(name) for name in found.get("missing_keys") or []]
+
+
+def _ask(question: str, default: str, read: Callable[[str], str]) -> str:
+    try:
+        answer = read(f"{question} [{default}]: ").strip()
+    except EOFError:
+        return default
+    return answer or default
+
+
+def init(
+    path: str,
+    platforms: Sequence[str] | None,
+    model: str | None,
+    *,
+    out: TextIO,
+    err: TextIO,
+    interactive: bool | None = None,
+    read: Callable[[str], str] = input,
+) -> int:
+    """Write the file (asking what was not given, on a terminal); 1 when it exists already."""
+    target = Path(path)
+    if target.exists():
+        print(f"botweave: {target} exists; not overwritten (name another file: botweave init other.yaml)", file=err)
+        return 1
+    ask = sys.stdin.isatty() if interactive is None else interactive
+    if platforms is None:
+        platforms = DEFAULT_PLATFORMS
+        if ask:
+            chosen = _ask(f"Platforms ({', '.join(PLATFORMS)})", ",".join(DEFAULT_PLATFORMS), read)
+            platforms = [name.strip() for name in chosen.replace(" ", ",").split(",") if name.strip()]
+    if model is None:
+        model = _ask("Model (litellm provider/model)", DEFAULT_MODEL, read) if ask else DEFAULT_MODEL
+    variables = key_variables(model)
+    try:
+        text = render(platforms, model, variables)
+    except ValueError as exc:
+        print(f"botweave: {exc}", file=err)
+        return 2
+    try:
+        with target.open("x", encoding="utf-8") as handle:  # "x": never replaces a file that appeared meanwhile
+            handle.write(text)
+    except FileExistsError:
+        print(f"botweave: {target} exists; not overwritten", file=err)
+        return 1
+    print(f"wrote {target}", file=out)
+    needed = [variable for name in platforms for variable in _platform_variables(name)] + variables
+    if needed:
+        print(f"next: export {', '.join(needed)}", file=out)
+    print(f"then: botweave doctor {target} && botweave run {target}", file=out)
+    return 0
+
+
+def _platform_variables(name: str) -> list[str]:
+    section = PLATFORMS.get(name, "")
+    return [part.split(":-")[0] for part in section.split("${")[1:]]
