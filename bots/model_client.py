@@ -69,19 +69,73 @@ async def _nothing_async(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _quiet_stream_end(litellm: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    """A stream that delivered its last chunk ends right away, unless its caller asked for
-    usage (`stream_options`) or someone listens; the provider's stream is closed as usual."""
+def _quiet_stream_end(litellm: Any, original: Callable[..., Any], reported: Callable[..., Any] | None) -> Callable[..., Any]:
+    """A stream that delivered its last chunk ends right away while nobody listens; the
+    provider's stream is closed as usual. A caller that asked for usage (`stream_options`)
+    gets it first, as one more chunk, when the provider reported it: litellm would rebuild
+    the whole response to learn the same numbers. Without a reported usage, litellm's own
+    ending estimates it."""
 
     @functools.wraps(original)
     async def finish(stream: Any, *args: Any, **kwargs: Any) -> Any:
-        if listening(litellm) or not getattr(stream, "sent_last_chunk", False) or getattr(stream, "send_stream_usage", True):
+        if listening(litellm) or not getattr(stream, "sent_last_chunk", False):
             return await original(stream, *args, **kwargs)
+        if getattr(stream, "send_stream_usage", True) and not getattr(stream, "sent_stream_usage", True):
+            usage = reported(stream.chunks) if reported is not None else None
+            if usage is None:
+                return await original(stream, *args, **kwargs)
+            chunk = stream._new_usage_chunk()
+            chunk.usage = usage
+            stream.sent_stream_usage = True
+            return chunk
         await stream.aclose()
         raise StopAsyncIteration
 
     setattr(finish, _MARK, True)
     return finish
+
+
+class _OneIterator:
+    """A provider's stream read through one iterator for its whole life.
+
+    litellm reads each chunk with a fresh `async for` over the provider's stream and returns
+    from inside it, so every chunk leaves an unfinished async generator behind, which the
+    event loop then has to finalize from the garbage collector (a wake-up of the loop and a
+    task per chunk). Iterating this object hands out the same iterator every time, so the
+    provider's generator simply resumes where the last chunk left it."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self._iterator = stream.__aiter__()
+
+    def __aiter__(self) -> Any:
+        return self._iterator
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+    async def aclose(self) -> None:
+        closing = getattr(self._iterator, "aclose", None)
+        if closing is not None and self._iterator is not self.stream:
+            await closing()
+        if hasattr(self.stream, "aclose"):
+            await self.stream.aclose()
+        elif hasattr(self.stream, "close"):
+            result = self.stream.close()
+            if result is not None:
+                await result
+
+
+def _one_iterator(original: Callable[..., Any], iterable: Callable[[Any], bool]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    async def step(wrapper: Any) -> Any:
+        stream = wrapper.completion_stream
+        if stream is not None and type(stream) is not _OneIterator and not isinstance(stream, (str, bytes)) and iterable(stream):
+            wrapper.completion_stream = _OneIterator(stream)
+        return await original(wrapper)
+
+    setattr(step, _MARK, True)
+    return step
 
 
 def quiet(litellm: Any) -> list[str]:
@@ -108,11 +162,22 @@ def quiet(litellm: Any) -> list[str]:
         if not getattr(original, _MARK, False):
             setattr(owner, name, _unless_listening(litellm, original, stand_in))
         replaced.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    from litellm.litellm_core_utils import streaming_handler
+
     finish = getattr(CustomStreamWrapper, "_finalize_completed_stream", None)
     if callable(finish):
         if not getattr(finish, _MARK, False):
-            setattr(CustomStreamWrapper, "_finalize_completed_stream", _quiet_stream_end(litellm, finish))
+            reported = getattr(streaming_handler, "_reported_total_usage", None)
+            if not hasattr(CustomStreamWrapper, "_new_usage_chunk"):
+                reported = None  # no way to hand usage over: litellm's own ending does it
+            setattr(CustomStreamWrapper, "_finalize_completed_stream", _quiet_stream_end(litellm, finish, reported))
         replaced.append("CustomStreamWrapper._finalize_completed_stream")
+    step = getattr(CustomStreamWrapper, "__anext__", None)
+    iterable = getattr(streaming_handler, "is_async_iterable", None)
+    if callable(step) and callable(iterable):
+        if not getattr(step, _MARK, False):
+            setattr(CustomStreamWrapper, "__anext__", _one_iterator(step, iterable))
+        replaced.append("CustomStreamWrapper.__anext__")
     return replaced
 
 
@@ -131,6 +196,7 @@ def quieted(litellm: Any) -> list[str]:
         (Logging, "dispatch_success_handlers"),
         (utils, "dispatch_success_logging"),
         (CustomStreamWrapper, "_finalize_completed_stream"),
+        (CustomStreamWrapper, "__anext__"),
     ):
         if getattr(getattr(owner, name, None), _MARK, False):
             found.append(f"{getattr(owner, '__name__', owner)}.{name}")

@@ -4,15 +4,16 @@ moment someone does (a logging integration, plain or streamed)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from botweave.agents import Agent, litellm_module
 from botweave.config import AgentConfig
-from botweave.model_client import listening, quieted
+from botweave.model_client import CALLBACK_LISTS, listening, quieted
 
-from tests.emulators.openai import OpenAIEmulator
+from tests.emulators.openai import OpenAIEmulator, Reply
 
 
 @pytest.fixture
@@ -44,7 +45,11 @@ def integration() -> Iterator[list[dict[str, Any]]]:
     try:
         yield seen
     finally:
-        litellm.callbacks.remove(recorder)
+        for name in CALLBACK_LISTS:  # litellm copies a callback into its per-event lists
+            registered = getattr(litellm, name, None) or []
+            while recorder in registered:
+                registered.remove(recorder)
+        assert not listening(litellm)
 
 
 def test_every_bookkeeping_step_of_this_litellm_is_covered():
@@ -56,6 +61,7 @@ def test_every_bookkeeping_step_of_this_litellm_is_covered():
         "Logging.dispatch_success_handlers",
         "litellm.utils.dispatch_success_logging",
         "CustomStreamWrapper._finalize_completed_stream",
+        "CustomStreamWrapper.__anext__",
     }
 
 
@@ -79,3 +85,72 @@ async def test_an_integration_gets_priced_success_events_plain_and_streamed(llm,
         await asyncio.sleep(0.05)
     assert len(integration) == 2
     assert all(event.get("response_cost") is not None for event in integration)
+
+
+async def stream_with_usage(llm: OpenAIEmulator, words: int) -> tuple[str, Any]:
+    litellm = litellm_module()
+    usage = {"prompt_tokens": 7, "completion_tokens": 11, "total_tokens": 18}
+    llm.queue(Reply(text=" ".join(f"w{n}" for n in range(words)), usage=usage))
+    response = await litellm.acompletion(
+        model="openai/gpt-4o", api_base=llm.base_url, api_key="sk-loopback", stream=True,
+        stream_options={"include_usage": True}, messages=[{"role": "user", "content": "hi"}],
+    )
+    text, usage = "", None
+    async for chunk in response:
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if getattr(chunk, "usage", None) is not None:
+            usage = chunk.usage
+    return text, usage
+
+
+async def test_a_stream_hands_over_the_usage_the_provider_reported_without_rebuilding_the_reply(llm, monkeypatch):
+    litellm = litellm_module()
+    rebuilt: list[int] = []
+    original = litellm.stream_chunk_builder
+    monkeypatch.setattr(litellm, "stream_chunk_builder", lambda *a, **k: rebuilt.append(1) or original(*a, **k))
+    text, usage = await stream_with_usage(llm, 5)
+    assert text.split() == ["w0", "w1", "w2", "w3", "w4"]
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (7, 11, 18)
+    assert rebuilt == []
+
+
+class SilentAboutUsage(OpenAIEmulator):
+    """A provider that ignores `stream_options`: its streams never say what they used."""
+
+    async def _stream(self, request: Any, body: dict[str, Any], *args: Any) -> Any:
+        return await super()._stream(request, {**body, "stream_options": None}, *args)
+
+
+async def test_a_stream_without_reported_usage_still_gets_litellms_estimate():
+    litellm = litellm_module()
+    silent = SilentAboutUsage("a few words here")
+    await silent.start()
+    try:
+        response = await litellm.acompletion(
+            model="openai/gpt-4o", api_base=silent.base_url, api_key="sk-loopback", stream=True,
+            stream_options={"include_usage": True}, messages=[{"role": "user", "content": "hi"}],
+        )
+        usages = [chunk.usage async for chunk in response if getattr(chunk, "usage", None) is not None]
+    finally:
+        await silent.stop()
+    assert usages and usages[-1].completion_tokens > 0
+
+
+async def test_a_stream_is_read_through_one_iterator_not_one_per_chunk(llm):
+    """Each chunk used to leave an unfinished async generator for the loop to finalize."""
+    started: list[str] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def first_iteration(generator: Any) -> None:
+        started.append(generator.__qualname__)
+        if hooks.firstiter is not None:
+            hooks.firstiter(generator)
+
+    sys.set_asyncgen_hooks(firstiter=first_iteration, finalizer=hooks.finalizer)
+    try:
+        text, usage = await stream_with_usage(llm, 40)
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert len(text.split()) == 40 and usage is not None
+    assert started.count("AsyncStream.__aiter__") <= 1, started
