@@ -138,9 +138,47 @@ def _one_iterator(original: Callable[..., Any], iterable: Callable[[Any], bool])
     return step
 
 
+def _validated_first(original: Callable[..., Any], fast: tuple[type, ...], invalid: type[Exception]) -> Callable[..., Any]:
+    """The OpenAI SDK builds each response and stream chunk with its own lenient `construct`,
+    written in Python: about 60 µs a chunk, the largest single cost of a streamed reply. The
+    same models validated by pydantic take 2-3 µs and come out equal (extra fields kept).
+    Only what fails validation (a provider's own finish reason, say) is still constructed
+    leniently, as before."""
+
+    @functools.wraps(original)
+    def process(client: Any, *, data: Any, cast_to: Any, response: Any) -> Any:
+        if cast_to in fast and type(data) is dict and not getattr(client, "_strict_response_validation", True):
+            try:
+                return cast_to.model_validate(data)
+            except invalid:
+                pass
+        return original(client, data=data, cast_to=cast_to, response=response)
+
+    setattr(process, _MARK, True)
+    return process
+
+
+def _openai_models() -> list[str]:
+    """Validated-first construction of the chat models litellm reads from the OpenAI SDK."""
+    try:
+        import pydantic
+        from openai._base_client import BaseClient
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    except ImportError:
+        return []
+    original = getattr(BaseClient, "_process_response_data", None)
+    if not callable(original):
+        return []
+    if not getattr(original, _MARK, False):
+        fast = (ChatCompletion, ChatCompletionChunk)
+        setattr(BaseClient, "_process_response_data", _validated_first(original, fast, pydantic.ValidationError))
+    return ["openai.BaseClient._process_response_data"]
+
+
 def quiet(litellm: Any) -> list[str]:
-    """Skip pricing and success logging while nobody listens; returns the steps replaced."""
-    replaced: list[str] = []
+    """Skip pricing and success logging while nobody listens, and the per-chunk waste that
+    helps nobody; returns the steps replaced."""
+    replaced: list[str] = _openai_models()
     targets: list[tuple[Any, str, Callable[..., Any]]] = []
     try:
         from litellm import utils
@@ -184,6 +222,13 @@ def quiet(litellm: Any) -> list[str]:
 def quieted(litellm: Any) -> list[str]:
     """The steps currently replaced (for tests and `botweave check`-style diagnostics)."""
     found: list[str] = []
+    try:
+        from openai._base_client import BaseClient
+
+        if getattr(getattr(BaseClient, "_process_response_data", None), _MARK, False):
+            found.append("openai.BaseClient._process_response_data")
+    except ImportError:
+        pass
     try:
         from litellm import utils
         from litellm.litellm_core_utils.litellm_logging import Logging

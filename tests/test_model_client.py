@@ -62,6 +62,7 @@ def test_every_bookkeeping_step_of_this_litellm_is_covered():
         "litellm.utils.dispatch_success_logging",
         "CustomStreamWrapper._finalize_completed_stream",
         "CustomStreamWrapper.__anext__",
+        "openai.BaseClient._process_response_data",
     }
 
 
@@ -154,3 +155,12 @@ async def test_a_stream_is_read_through_one_iterator_not_one_per_chunk(llm):
         sys.set_asyncgen_hooks(*hooks)
     assert len(text.split()) == 40 and usage is not None
     assert started.count("AsyncStream.__aiter__") <= 1, started
+
+
+async def test_an_answer_the_sdk_types_do_not_describe_is_still_read(llm):
+    """A provider's own finish reason fails the SDK's validation: it is built leniently, as
+    the SDK always did, plain and streamed."""
+    agent = agent_for(llm)
+    llm.queue(Reply(text="Odd ending.", finish_reason="eos"), Reply(text="Odd ending streamed.", finish_reason="eos"))
+    assert await agent.complete([], "plain") == "Odd ending."
+    assert "".join([piece async for piece in agent.stream([], "streamed")]).strip() == "Odd ending streamed."
