@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,57 @@ def _openai_models() -> list[str]:
         fast = (ChatCompletion, ChatCompletionChunk)
         setattr(BaseClient, "_process_response_data", _validated_first(original, fast, pydantic.ValidationError))
     return ["openai.BaseClient._process_response_data"]
+
+
+class StreamEndedEarly(RuntimeError):
+    """The provider's stream closed before it said the answer was finished (a cut connection
+    looks like a short answer otherwise)."""
+
+
+def direct_chunks(litellm: Any, response: Any) -> AsyncIterator[Any] | None:
+    """The chunks of a streamed OpenAI chat completion read straight from the OpenAI SDK, or
+    None when litellm's own reading is needed.
+
+    litellm turns every chunk into a chunk of its own (about 90 µs each, most of the CPU of a
+    streamed reply beyond the request itself) so that logging integrations, cost reporting,
+    per-chunk rules and providers with their own formats all see one shape. For the OpenAI
+    provider, while none of that is configured, the SDK's chunks already are that shape: the
+    same `choices[0].delta` (content, tool calls, images), and the provider's `usage` chunk
+    when it was asked for. What litellm would still check is checked here: a stream that ends
+    without a finish reason is an error, not a short answer. Closing goes through litellm's
+    stream, as it would."""
+    try:
+        from litellm.constants import LITELLM_MAX_STREAMING_DURATION_SECONDS
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+        from openai import AsyncStream
+    except ImportError:
+        return None
+    if (
+        type(response) is not CustomStreamWrapper
+        or getattr(response, "custom_llm_provider", None) != "openai"
+        or type(getattr(response, "completion_stream", None)) is not AsyncStream
+        or getattr(response, "sent_first_chunk", True)
+        or getattr(response, "merge_reasoning_content_in_choices", True)
+        or getattr(litellm, "post_call_rules", None)
+        or LITELLM_MAX_STREAMING_DURATION_SECONDS is not None
+        or listening(litellm)
+    ):
+        return None
+    return _read_directly(response, response.completion_stream)
+
+
+async def _read_directly(wrapper: Any, stream: Any) -> AsyncIterator[Any]:
+    finished = False
+    try:
+        async for chunk in stream:
+            choices = chunk.choices
+            if choices and choices[0].finish_reason:
+                finished = True
+            yield chunk
+        if not finished:
+            raise StreamEndedEarly("the model's stream ended before a finish_reason was received")
+    finally:
+        await wrapper.aclose()
 
 
 def quiet(litellm: Any) -> list[str]:

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from botweave.agents import Agent, litellm_module
+from botweave.agents import Agent, AgentError, litellm_module
 from botweave.config import AgentConfig
 from botweave.model_client import CALLBACK_LISTS, listening, quieted
 
-from tests.emulators.openai import OpenAIEmulator, Reply
+from tests.emulators.openai import OpenAIEmulator, Reply, tool_call
 
 
 @pytest.fixture
@@ -164,3 +164,82 @@ async def test_an_answer_the_sdk_types_do_not_describe_is_still_read(llm):
     llm.queue(Reply(text="Odd ending.", finish_reason="eos"), Reply(text="Odd ending streamed.", finish_reason="eos"))
     assert await agent.complete([], "plain") == "Odd ending."
     assert "".join([piece async for piece in agent.stream([], "streamed")]).strip() == "Odd ending streamed."
+
+
+@pytest.fixture
+def chunks_remade(monkeypatch) -> list[int]:
+    """Counts the chunks litellm turns into chunks of its own."""
+    from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+
+    made: list[int] = []
+    original = CustomStreamWrapper.chunk_creator
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CustomStreamWrapper, "chunk_creator", counting)
+    return made
+
+
+async def test_an_openai_stream_is_read_from_the_sdk_with_its_text_tool_calls_and_usage(llm, chunks_remade):
+    """Nobody listens: the SDK's own chunks reach the agent, and the turn is the same."""
+    litellm_module()
+    agent = agent_for(llm)
+    llm.queue(Reply(text="Streamed straight through.", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}))
+    assert "".join([piece async for piece in agent.stream([], "hi")]).strip() == "Streamed straight through."
+    assert chunks_remade == []
+    llm.queue(Reply(tool_calls=[tool_call("weather", {"city": "Lisbon"}, id="call_9")]))
+    litellm = litellm_module()
+    response = await litellm.acompletion(
+        model="openai/gpt-4o", api_base=llm.base_url, api_key="sk-loopback", stream=True,
+        stream_options={"include_usage": True}, messages=[{"role": "user", "content": "weather?"}],
+        tools=[{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+    )
+    from botweave.model_client import direct_chunks
+
+    direct = direct_chunks(litellm, response)
+    assert direct is not None
+    arguments, names, usage = "", set(), None
+    async for chunk in direct:
+        usage = chunk.usage or usage
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            names.add(call.function.name)
+            arguments += call.function.arguments or ""
+    assert names >= {"weather"} and arguments == '{"city": "Lisbon"}'
+    assert usage is not None and usage.total_tokens > 0
+    assert chunks_remade == []
+
+
+async def test_with_an_integration_litellm_reads_the_stream_itself(llm, integration, chunks_remade):
+    agent = agent_for(llm)
+    assert "".join([piece async for piece in agent.stream([], "hi")]).strip() == "Priced answer."
+    assert chunks_remade, "litellm made its own chunks for the integration"
+
+
+class CutShort(OpenAIEmulator):
+    """A stream that stops after its first words, with no finish reason and no [DONE]."""
+
+    async def _stream(self, request: Any, body: dict[str, Any], *args: Any) -> Any:
+        from aiohttp import web
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(self._chunk(body.get("model", "m"), {"role": "assistant", "content": "Half an "}, None))
+        await response.write_eof()
+        return response
+
+
+async def test_a_stream_cut_before_its_finish_is_a_failure_not_a_short_answer():
+    litellm_module()
+    cut = CutShort("never finished")
+    await cut.start()
+    try:
+        agent = agent_for(cut)
+        pieces: list[str] = []
+        with pytest.raises(AgentError, match="finish_reason"):
+            async for piece in agent.stream([], "hi"):
+                pieces.append(piece)
+    finally:
+        await cut.stop()
+    assert pieces == ["Half an "]
