@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 from telegram._utils.defaultvalue import DefaultValue
@@ -29,6 +30,10 @@ try:  # aiohttp 3.10+ tells a connect timeout from a read timeout
     from aiohttp import ConnectionTimeoutError
 except ImportError:  # pragma: no cover - older aiohttp
     ConnectionTimeoutError = aiohttp.ServerTimeoutError  # type: ignore[misc,assignment]
+
+
+#: How the Bot API parameters of a call without files are sent, as PTB's own transport does.
+FORM_HEADERS = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 class PoolTimeout(Exception):
@@ -114,9 +119,15 @@ class AiohttpRequest(BaseRequest):
         if session is None or session.closed:
             raise RuntimeError("This AiohttpRequest is not initialized!")
         files = request_data.multipart_data if request_data is not None and request_data.contains_files else None
-        data: Any = request_data.json_parameters if request_data is not None else None
+        data: Any = None
+        headers: Mapping[str, str] | None = None
         if files:
-            data = _form(data or {}, files)
+            data = _form(request_data.json_parameters if request_data is not None else {}, files)
+        elif request_data is not None and request_data.parameters:
+            # Encoded here: aiohttp turns a dict into a FormData, which builds a multipart
+            # writer (and a random boundary) for every call only to send it urlencoded.
+            data = urlencode(request_data.json_parameters).encode()
+            headers = FORM_HEADERS
         read = self._read_timeout if isinstance(read_timeout, DefaultValue) else read_timeout
         write = (self._media_write_timeout if files else self._write_timeout) if isinstance(
             write_timeout, DefaultValue
@@ -130,6 +141,7 @@ class AiohttpRequest(BaseRequest):
                 method,
                 target,
                 data=data,
+                headers=headers,
                 timeout=self._timeout(connect, read, write),
                 proxy=_env_proxy(target.scheme, target.host or ""),
             ) as response:

@@ -61,6 +61,8 @@ async def test_ptb_calls_answers_and_errors_go_through(emu: SlowTelegram) -> Non
         sent = await bot.send_message(1, "hello there", entities=bold)
         assert sent.text == "hello there" and sent.chat.id == 1 and sent.entities == tuple(bold)
         assert emu.sent_texts(1) == ["hello there"]
+        awkward = "naïve ☕ a&b=c+d 100% \"quoted\"\nnext line"
+        assert (await bot.send_message(1, awkward)).text == awkward  # form-encoded like PTB's own transport
         with pytest.raises(BadRequest, match="(?i)message to edit not found"):
             await bot.edit_message_text("x", chat_id=1, message_id=999)
         emu.rate_limit("sendMessage", retry_after=3)
