@@ -158,6 +158,35 @@ def _validated_first(original: Callable[..., Any], fast: tuple[type, ...], inval
     return process
 
 
+def _cookies_only_when_set(original: Callable[..., Any]) -> Callable[..., Any]:
+    """httpx (the client litellm gives the OpenAI SDK) rebuilds each response as a urllib
+    request and response to look for cookies, Set-Cookie header or not: 4% of the CPU of a
+    turn. A response without one cannot change the jar; httpx's successor checks the same."""
+
+    @functools.wraps(original)
+    def extract(cookies: Any, response: Any) -> None:
+        headers = response.headers
+        if "set-cookie" not in headers and "set-cookie2" not in headers:
+            return
+        original(cookies, response)
+
+    setattr(extract, _MARK, True)
+    return extract
+
+
+def _httpx_cookies() -> list[str]:
+    try:
+        import httpx
+    except ImportError:
+        return []
+    original = getattr(httpx.Cookies, "extract_cookies", None)
+    if not callable(original):
+        return []
+    if not getattr(original, _MARK, False):
+        setattr(httpx.Cookies, "extract_cookies", _cookies_only_when_set(original))
+    return ["httpx.Cookies.extract_cookies"]
+
+
 def _openai_models() -> list[str]:
     """Validated-first construction of the chat models litellm reads from the OpenAI SDK."""
     try:
@@ -229,7 +258,7 @@ async def _read_directly(wrapper: Any, stream: Any) -> AsyncIterator[Any]:
 def quiet(litellm: Any) -> list[str]:
     """Skip pricing and success logging while nobody listens, and the per-chunk waste that
     helps nobody; returns the steps replaced."""
-    replaced: list[str] = _openai_models()
+    replaced: list[str] = _openai_models() + _httpx_cookies()
     targets: list[tuple[Any, str, Callable[..., Any]]] = []
     try:
         from litellm import utils
@@ -278,6 +307,13 @@ def quieted(litellm: Any) -> list[str]:
 
         if getattr(getattr(BaseClient, "_process_response_data", None), _MARK, False):
             found.append("openai.BaseClient._process_response_data")
+    except ImportError:
+        pass
+    try:
+        import httpx
+
+        if getattr(getattr(httpx.Cookies, "extract_cookies", None), _MARK, False):
+            found.append("httpx.Cookies.extract_cookies")
     except ImportError:
         pass
     try:

@@ -63,6 +63,7 @@ def test_every_bookkeeping_step_of_this_litellm_is_covered():
         "CustomStreamWrapper._finalize_completed_stream",
         "CustomStreamWrapper.__anext__",
         "openai.BaseClient._process_response_data",
+        "httpx.Cookies.extract_cookies",
     }
 
 
@@ -243,3 +244,15 @@ async def test_a_stream_cut_before_its_finish_is_a_failure_not_a_short_answer():
     finally:
         await cut.stop()
     assert pieces == ["Half an "]
+
+
+def test_httpx_still_keeps_the_cookies_a_response_sets():
+    import httpx
+
+    litellm_module()
+    request = httpx.Request("GET", "https://api.example.com/v1/models")
+    jar = httpx.Cookies()
+    jar.extract_cookies(httpx.Response(200, request=request))
+    assert not jar
+    jar.extract_cookies(httpx.Response(200, request=request, headers={"Set-Cookie": "session=abc; Path=/"}))
+    assert jar.get("session") == "abc"
