@@ -14,6 +14,7 @@ from botweave.types import (
     BotChannel,
     BotMessage,
     BotUser,
+    Button,
     MessageActionResult,
     MessageType,
     OutboundFile,
@@ -24,7 +25,7 @@ from botweave.types import (
 from botweave.version import __version__
 
 __all__ = [
-    "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Config", "ConfigError", "HookEvent",
+    "App", "BotChannel", "BotConfig", "BotMessage", "BotUser", "Button", "Config", "ConfigError", "HookEvent",
     "HookRegistry", "MessageActionResult", "MessageType", "OutboundFile", "PlatformCapabilities", "PlatformEvent",
     "QuotedRef", "ToolContext", "ToolError", "TurnOutcome", "load_config", "tool", "__version__",
 ]

@@ -22,6 +22,14 @@ arrive, so a file that lies about its size is cut off at the limit and never hel
 the platform's `read_file` only streams the bytes through its own API with its own
 credentials. The URLs involved may carry a token; they stay inside the adapter.
 
+Buttons follow the same split. `send(..., buttons=...)` and `edit(..., buttons=...)` hold the
+rules (a platform without buttons is `unsupported`) and the platform's `send_buttons` /
+`edit_buttons` draw them its own way. A press travels the other way: the inbound part reads it
+as a `button_pressed` event and hands it to `pressed` together with the platform's way of
+acknowledging it; `pressed` asks the runtime what to tell the presser (within
+`PRESS_ANSWER_BUDGET_S`, so the platform's deadline holds however slow the answer is), has the
+press acknowledged with that answer, then dispatches the event like any other.
+
 For operators, each platform also answers two questions: is it connected right now
 (`readiness`, behind `/readyz`), and do its credentials and settings work (`diagnose`, behind
 `botweave doctor`, which makes one real call without starting to receive).
@@ -29,9 +37,10 @@ For operators, each platform also answers two questions: is it connected right n
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -43,13 +52,23 @@ from botweave.types import (
     AgentIdentity,
     BotMessage,
     BotUser,
+    Button,
     MessageActionResult,
     OutboundFile,
     PlatformCapabilities,
     PlatformEvent,
+    PressAnswer,
 )
 
 InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
+#: The runtime's reading of a press: the event as the runtime understands it (its action and
+#: value looked up) and what the presser is told.
+PressHandler = Callable[[PlatformEvent], Awaitable[tuple[PlatformEvent, PressAnswer]]]
+#: A platform's way of acknowledging one press, with the answer for the presser.
+Acknowledge = Callable[[PressAnswer], Awaitable[None]]
+#: How long a press waits for the runtime's answer before it is acknowledged without one:
+#: Discord and Slack want the acknowledgement within three seconds of the press.
+PRESS_ANSWER_BUDGET_S = 1.5
 #: How a failed platform call reads: its status and a short reason in the platform's words.
 Outcome = tuple[ActionStatus, str]
 
@@ -142,6 +161,20 @@ class Outbound(ABC):
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
         raise ActionError("unsupported", "edit: not supported")
 
+    async def send_buttons(
+        self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """Post one message with buttons under it. Each button's `action_id` goes on the wire as
+        it is (the runtime keeps ids short enough for every platform) and comes back with its
+        press."""
+        raise ActionError("unsupported", "buttons: not supported")
+
+    async def edit_buttons(
+        self, chat_id: str, message_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None
+    ) -> None:
+        """Replace a message's text and its buttons; no buttons removes them."""
+        raise ActionError("unsupported", "buttons: not supported")
+
     async def delete(self, chat_id: str, message_id: str) -> None:
         raise ActionError("unsupported", "delete: not supported")
 
@@ -227,6 +260,7 @@ class Adapter(ABC):
         #: retrying cannot fix): the process should stop and say so.
         self.failure: str | None = None
         self._sink: InboundSink | None = None
+        self._presses: PressHandler | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -273,8 +307,30 @@ class Adapter(ABC):
 
     # --- inbound -----------------------------------------------------------------------------
 
-    def bind(self, sink: InboundSink) -> None:
+    def bind(self, sink: InboundSink, presses: PressHandler | None = None) -> None:
         self._sink = sink
+        self._presses = presses
+
+    async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
+        """A button press: the runtime's answer for the presser (or none, if it takes longer
+        than `PRESS_ANSWER_BUDGET_S`), the press acknowledged with it, then the event
+        dispatched. The acknowledgement comes first because the platform's deadline is short
+        and the runtime already recorded what the press decided while answering."""
+        answer = PressAnswer()
+        handler = self._presses
+        if handler is not None:
+            try:
+                event, answer = await asyncio.wait_for(handler(event), PRESS_ANSWER_BUDGET_S)
+            except asyncio.TimeoutError:
+                log.warning("%s: no answer for a button press within %.1fs; acknowledged without one",
+                            self.platform, PRESS_ANSWER_BUDGET_S)
+            except Exception:
+                log.exception("%s: answering a button press failed; acknowledged without an answer", self.platform)
+        try:
+            await acknowledge(answer)
+        except Exception as exc:
+            log.warning("%s: acknowledging a button press failed: %s: %s", self.platform, type(exc).__name__, exc)
+        return await self.dispatch(event)
 
     def is_self(self, user_id: object) -> bool:
         """Whether `user_id` is this bot's own user: most platforms show a bot its own posts,
@@ -309,8 +365,18 @@ class Adapter(ABC):
         *,
         thread_id: str | None = None,
         reply_to: str | None = None,
+        buttons: Sequence[Button] = (),
     ) -> MessageActionResult:
-        """Post one message (already within the length limit); `message_id` is set on ok."""
+        """Post one message (already within the length limit), with `buttons` under it when
+        given; `message_id` is set on ok."""
+        if buttons:
+            return await self._perform(
+                "send",
+                chat_id,
+                lambda out: out.send_buttons(chat_id, text, buttons, thread_id=thread_id, reply_to=reply_to),
+                text=text,
+                capable=self.capabilities.buttons,
+            )
         return await self._perform(
             "send", chat_id, lambda out: out.send(chat_id, text, thread_id=thread_id, reply_to=reply_to), text=text
         )
@@ -345,8 +411,25 @@ class Adapter(ABC):
         return await out.find_sent(chat_id, key, thread_id=thread_id, since=since)
 
     async def edit(
-        self, chat_id: str, message_id: str, text: str, *, thread_id: str | None = None
+        self,
+        chat_id: str,
+        message_id: str,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        buttons: Sequence[Button] | None = None,
     ) -> MessageActionResult:
+        """Replace a message's text; with `buttons` (an empty sequence too) its buttons are
+        replaced as well, otherwise the platform's own rule for them applies."""
+        if buttons is not None:
+            return await self._perform(
+                "edit",
+                chat_id,
+                lambda out: out.edit_buttons(chat_id, message_id, text, buttons, thread_id=thread_id),
+                text=text,
+                message_id=message_id,
+                capable=self.capabilities.can_edit and self.capabilities.buttons,
+            )
         return await self._perform(
             "edit",
             chat_id,
@@ -386,8 +469,9 @@ class Adapter(ABC):
         except NoIdentity:
             return await self._send_named(identity, chat_id, text, thread_id)
 
-    async def send_direct(self, user_id: str, text: str) -> MessageActionResult:
-        """A direct message to a user (pairing requests, notifications)."""
+    async def send_direct(self, user_id: str, text: str, *, buttons: Sequence[Button] = ()) -> MessageActionResult:
+        """A direct message to a user (pairing requests, notifications, approval requests); the
+        result's `target` is the chat it went to, which later edits of the message need."""
         opened: list[str] = []
 
         async def open_chat(out: Outbound) -> None:
@@ -397,7 +481,7 @@ class Adapter(ABC):
         if not result.ok:
             self._count("send", result.status)  # the message never went out: a failed send
             return result
-        return await self.send(opened[0], text)
+        return await self.send(opened[0], text, buttons=buttons)
 
     async def send_file(
         self,

@@ -22,7 +22,7 @@ from typing import Any
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
 from botweave.model_client import direct_chunks, quiet
-from botweave.store import Append, Store
+from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
 
@@ -127,6 +127,23 @@ class History:
         """The whole turn's append as an operation, for the commit that carries its effects."""
         item = json.dumps(list(messages), ensure_ascii=False)
         return Append(self.key(conversation), (item,), max(max_turns, 1))
+
+    async def replace_turn_ops(
+        self, conversation: str, max_turns: int, old_item: str, messages: Sequence[dict[str, Any]]
+    ) -> list[Operation]:
+        """The history rewritten with `messages` as one item in the place of `old_item` (the
+        newest copy of it), for a commit; appended when `old_item` was trimmed away already.
+        The caller holds the conversation's turn, so nothing else writes it meanwhile."""
+        key = self.key(conversation)
+        items = await self._store.list_range(key)
+        item = json.dumps(list(messages), ensure_ascii=False)
+        for index in range(len(items) - 1, -1, -1):
+            if items[index] == old_item:
+                items[index] = item
+                break
+        else:
+            items.append(item)
+        return [Remove(key), Append(key, tuple(items), max(max_turns, 1))]
 
     async def reset(self, conversation: str) -> None:
         await self._store.delete(self.key(conversation))

@@ -179,6 +179,14 @@ class BotConfig(Section):
     allow_bots: bool = False
     bot_loop_protection: BotLoopPolicy = Field(default_factory=BotLoopPolicy)
     user_rate_limit: Optional[UserRateLimit] = None
+    #: What a message arriving while its conversation's turn runs does: wait its turn
+    #: (`queue`), cancel the running turn (`interrupt`), or join the next turn (`collect`).
+    busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
+    #: How long after its reply an edited message is answered again (0: only while it runs).
+    rerun_window_seconds: Annotated[float, Field(ge=0)] = 120.0
+    #: A message this much older than its receipt (the bot was down) gets a notice instead of
+    #: a late answer; 0 answers whatever its age.
+    stale_after_seconds: Annotated[float, Field(ge=0)] = 600.0
 
     @field_validator("allowed_users", "allowed_chats", mode="before")
     @classmethod
@@ -288,12 +296,17 @@ ToolKind = Literal["builtin", "python", "mcp"]
 class ToolEntry(Section):
     """One entry of an agent's `tools:` list: a built-in by name (a bare string or
     `{name: ...}`), a Python function `{python: "module:function"}`, or the tools of an MCP
-    server `{mcp: {SERVER: {command: [...]} | {url: ...}}}`."""
+    server `{mcp: {SERVER: {command: [...]} | {url: ...}}}`. `approval: required` makes
+    every tool of the entry wait for a person's yes (`approver`: the person who asked, or the
+    bot's owner) before it runs; no answer within `approval_timeout_seconds` is a no."""
 
     name: Optional[str] = None
     python: Optional[str] = None
     mcp: Optional[dict[str, McpServerConfig]] = None
     timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+    approval: Literal["required", "none"] = "none"
+    approver: Optional[Literal["requester", "owner"]] = None
+    approval_timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -312,6 +325,10 @@ class ToolEntry(Section):
             module, _, function = self.python.partition(":")
             if not module.strip() or not function.strip():
                 raise ValueError(f"python: must be \"module:function\", e.g. \"mytools:weather\" (got {self.python!r})")
+        if self.approval != "required":
+            given = [key for key in ("approver", "approval_timeout_seconds") if getattr(self, key) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} only apply with `approval: required`")
         if self.mcp is not None and len(self.mcp) != 1:
             raise ValueError(
                 "mcp: name exactly one server per entry, e.g. {mcp: {files: {command: [python, server.py]}}}; "

@@ -29,7 +29,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
 from botweave.streaming import StreamingReply
-from botweave.types import AgentIdentity, BotMessage, MessageActionResult, OutboundFile
+from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,8 @@ class Delivered:
     silent: bool = False
     cancelled: bool = False
     failures: list[MessageActionResult] = field(default_factory=list)
+    #: The chat a direct message went to (only `post_direct` learns it from the platform).
+    chat_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -181,14 +183,16 @@ class Delivery:
         key: str | None = None,
         identity: AgentIdentity | None = None,
         origin: BotMessage | None = None,
+        buttons: Sequence[Button] = (),
     ) -> Delivered:
         """Post `text` whole: `message_sending` hooks may rewrite or cancel it, then it goes
         out chunk by chunk. `key` names the post in the outbox (a turn's reply, say), so a
-        retry of the same post sends only the chunks that never went out."""
+        retry of the same post sends only the chunks that never went out. `buttons` go under
+        the last chunk, where they follow everything they are about."""
         prepared = await self.prepare(to, text, origin, identity=identity)
         if prepared is None:
             return Delivered(cancelled=True)
-        return await self.deliver(to, prepared, key=key, identity=identity, origin=origin)
+        return await self.deliver(to, prepared, key=key, identity=identity, origin=origin, buttons=buttons)
 
     async def prepare(
         self, to: Destination, text: str, origin: BotMessage | None, *, identity: AgentIdentity | None = None
@@ -214,12 +218,15 @@ class Delivery:
         key: str | None = None,
         identity: AgentIdentity | None = None,
         origin: BotMessage | None = None,
+        buttons: Sequence[Button] = (),
     ) -> Delivered:
         """Send prepared chunks (those the outbox has not confirmed, when keyed), then run
         `message_sent` hooks."""
         delivered = Delivered(text=prepared.text)
+        last = len(prepared.chunks) - 1
         for index, chunk in enumerate(prepared.chunks):
-            result = await self.send_chunk(to, chunk, index, key=key, identity=identity)
+            extra = buttons if index == last else ()
+            result = await self.send_chunk(to, chunk, index, key=key, identity=identity, buttons=extra)
             if result.ok and result.message_id is not None:
                 delivered.message_ids.append(result.message_id)
             elif result.ok:
@@ -232,8 +239,12 @@ class Delivery:
         await self.after_send(to, delivered, origin)
         return delivered
 
-    async def post_direct(self, adapter: Adapter, user_id: str, text: str) -> Delivered:
-        """A direct message to a person (pairing, notifications), through the same hooks."""
+    async def post_direct(
+        self, adapter: Adapter, user_id: str, text: str, *, buttons: Sequence[Button] = ()
+    ) -> Delivered:
+        """A direct message to a person (pairing, notifications, approval requests), through
+        the same hooks; `buttons` go under the last chunk. `Delivered.chat_id` is the direct
+        chat it went to."""
         to = Destination(adapter, user_id)
         delivered = Delivered()
         final = await self.before_send(to, text, None)
@@ -242,8 +253,12 @@ class Delivery:
             return delivered
         delivered.text = final
         caps = adapter.capabilities
-        for chunk in chunk_text(final, caps.max_message_length, caps.length_unit):
-            result = await adapter.send_direct(user_id, chunk)
+        chunks = chunk_text(final, caps.max_message_length, caps.length_unit)
+        for index, chunk in enumerate(chunks):
+            extra = buttons if index == len(chunks) - 1 else ()
+            result = await adapter.send_direct(user_id, chunk, buttons=extra)
+            if result.ok:
+                delivered.chat_id = result.target
             if result.ok and result.message_id is not None:
                 delivered.message_ids.append(result.message_id)
             elif not result.ok:
@@ -293,14 +308,21 @@ class Delivery:
         return delivered
 
     async def send_chunk(
-        self, to: Destination, text: str, index: int, *, key: str | None = None, identity: AgentIdentity | None = None
+        self,
+        to: Destination,
+        text: str,
+        index: int,
+        *,
+        key: str | None = None,
+        identity: AgentIdentity | None = None,
+        buttons: Sequence[Button] = (),
     ) -> MessageActionResult:
         """One platform message. With a key: an intent before the send, a confirmation after
         it, never sent again once confirmed, and an unconfirmed earlier attempt settled the
         way the platform allows (see `Idempotency`) before sending again."""
         outbox = self.outbox
         if key is None or outbox is None:
-            return await self._send(to, text, index, identity, None)
+            return await self._send(to, text, index, identity, None, buttons)
         chunk_key = f"{key}:{index}"
         record = await outbox.record(chunk_key)
         if record is not None and record.sent:
@@ -317,7 +339,7 @@ class Delivery:
                 if found is not None:
                     await outbox.confirm(chunk_key, found)
                     return MessageActionResult("ok", to.chat_id, "sent earlier", message_id=found)
-            result = await self._send(to, text, index, identity, chunk_key)
+            result = await self._send(to, text, index, identity, chunk_key, buttons)
             if result.ok:
                 await outbox.confirm(chunk_key, result.message_id)
                 return result
@@ -327,12 +349,20 @@ class Delivery:
         return result
 
     async def _send(
-        self, to: Destination, text: str, index: int, identity: AgentIdentity | None, chunk_key: str | None
+        self,
+        to: Destination,
+        text: str,
+        index: int,
+        identity: AgentIdentity | None,
+        chunk_key: str | None,
+        buttons: Sequence[Button] = (),
     ) -> MessageActionResult:
         adapter = to.adapter
+        reply_to = to.reply_to if index == 0 else None
+        if buttons:  # a message with buttons is the bot's own, never under an agent's name
+            return await adapter.send(to.chat_id, text, thread_id=to.thread_id, reply_to=reply_to, buttons=buttons)
         if identity is not None:
             return await adapter.send_as(identity, to.chat_id, text, thread_id=to.thread_id)
-        reply_to = to.reply_to if index == 0 else None
         if chunk_key is not None and adapter.idempotency != "none":
             return await adapter.send_keyed(to.chat_id, text, key=chunk_key, thread_id=to.thread_id, reply_to=reply_to)
         return await adapter.send(to.chat_id, text, thread_id=to.thread_id, reply_to=reply_to)
@@ -381,10 +411,17 @@ class Delivery:
     # --- what agents do to messages: edits, deletions, reactions, threads ----------------------
 
     async def edit(
-        self, to: Destination, message_id: str, text: str, *, origin: BotMessage | None = None
+        self,
+        to: Destination,
+        message_id: str,
+        text: str,
+        *,
+        origin: BotMessage | None = None,
+        buttons: Sequence[Button] | None = None,
     ) -> MessageActionResult:
-        """Replace a message's text; `message_sending` hooks see (and may rewrite or cancel)
-        the new text as they would a new post."""
+        """Replace a message's text (and its buttons, when `buttons` is given: none removes
+        them); `message_sending` hooks see (and may rewrite or cancel) the new text as they
+        would a new post."""
         final = await self.before_send(to, text, origin)
         if final is None:
             return MessageActionResult("failed", to.target, "cancelled by a message_sending hook")
@@ -392,7 +429,7 @@ class Delivery:
         if caps.max_message_length is not None and measure(final, caps.length_unit) > caps.max_message_length:
             detail = f"the new text is longer than one {to.adapter.platform} message ({caps.max_message_length})"
             return MessageActionResult("failed", to.target, detail)
-        return await to.adapter.edit(to.chat_id, message_id, final, thread_id=to.thread_id)
+        return await to.adapter.edit(to.chat_id, message_id, final, thread_id=to.thread_id, buttons=buttons)
 
     async def delete(self, to: Destination, message_id: str) -> MessageActionResult:
         return await to.adapter.delete(to.chat_id, message_id)
@@ -437,6 +474,15 @@ class ReplyChannel:
     config: BotConfig
     #: The reply being streamed, once `stream_text` started it (its edits show the bot at work).
     stream: StreamingReply | None = field(default=None, init=False)
+    #: The messages of an earlier answer to the same message (it was edited): this reply is
+    #: written into them where the platform can edit, and replaces them where it cannot.
+    replacing: list[str] = field(default_factory=list)
+    #: What a streamed reply cut off mid-way ends with; None leaves it as it stands (it is
+    #: about to be rewritten or removed).
+    cut_mark: str | None = " …"
+    #: While streaming: the text so far and the messages showing it, for whoever cut it off.
+    partial: str = ""
+    streamed: list[str] = field(default_factory=list)
 
     @property
     def chat_id(self) -> str:
@@ -448,7 +494,8 @@ class ReplyChannel:
 
     def key(self, purpose: str) -> str:
         """The outbox key of one post answering this message: the same in every attempt."""
-        return f"out:{self.origin.platform}:{self.chat_id}:{self.origin.message_id}:{purpose}"
+        origin = self.origin
+        return f"out:{origin.platform}:{self.chat_id}:{origin.message_id}{revision_suffix(origin)}:{purpose}"
 
     def _final_text(self, text: str, model: str | None, seconds: float | None, tools: Sequence[str] = ()) -> str:
         return with_footer(text, format_footer(model, seconds, tools)) if self.config.footer else text
@@ -466,8 +513,40 @@ class ReplyChannel:
     async def deliver(self, prepared: Prepared, *, purpose: str = "reply") -> Delivered:
         """Send a prepared reply; chunks confirmed by an earlier attempt are not sent again."""
         if prepared.silent:
+            await self._drop_replaced(0)
             return Delivered(silent=True)
+        if purpose == "reply" and self.replacing:
+            return await self._deliver_in_place(prepared)
         return await self.delivery.deliver(self.destination, prepared, key=self.key(purpose), origin=self.origin)
+
+    async def _deliver_in_place(self, prepared: Prepared) -> Delivered:
+        """The reply written into the earlier answer's messages, chunk by chunk; chunks beyond
+        them are posted, earlier messages left over are deleted. A platform that cannot edit
+        gets the earlier answer deleted and this one posted."""
+        if not self.adapter.capabilities.can_edit:
+            await self._drop_replaced(0)
+            return await self.delivery.deliver(self.destination, prepared, key=self.key("reply"), origin=self.origin)
+        to = self.destination
+        delivered = Delivered(text=prepared.text)
+        for index, chunk in enumerate(prepared.chunks):
+            if index < len(self.replacing):
+                message_id = self.replacing[index]
+                result = await self.adapter.edit(self.chat_id, message_id, chunk, thread_id=self.origin.thread_id)
+                result = MessageActionResult(result.status, result.target, result.detail, message_id=message_id)
+            else:
+                result = await self.delivery.send_chunk(to, chunk, index, key=self.key("reply"))
+            if result.ok and result.message_id is not None:
+                delivered.message_ids.append(result.message_id)
+            elif not result.ok:
+                delivered.failures.append(result)
+        await self._drop_replaced(len(prepared.chunks))
+        await self.delivery.after_send(to, delivered, self.origin)
+        return delivered
+
+    async def _drop_replaced(self, keep: int) -> None:
+        for message_id in self.replacing[keep:]:
+            await self.adapter.delete(self.chat_id, message_id)
+        del self.replacing[keep:]
 
     async def send_text(
         self,
@@ -507,7 +586,7 @@ class ReplyChannel:
         async def delete(message_id: str) -> MessageActionResult:
             return await self.adapter.delete(self.chat_id, message_id)
 
-        return StreamingReply(
+        stream = StreamingReply(
             send=send,
             edit=edit,
             delete=delete,
@@ -515,6 +594,10 @@ class ReplyChannel:
             limit=caps.max_message_length,
             unit=caps.length_unit,
         )
+        stream.adopt(self.replacing)  # an earlier answer's messages are rewritten, not left
+        self.replacing = []
+        self.streamed = stream.message_ids
+        return stream
 
     async def stream_text(
         self,
@@ -529,15 +612,17 @@ class ReplyChannel:
         stream = self.stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
+        self.partial = ""
         try:
             async for delta in deltas:
                 text += delta
+                self.partial = text
                 if self.config.allow_silence and token.startswith(text.strip()):
                     continue  # might still become the silence token: show nothing yet
                 await stream.update(text)
         except BaseException:
-            if stream.message_ids:  # never leave a half-written message looking final
-                await stream.finish(text + " …")
+            if stream.message_ids and self.cut_mark is not None:  # never leave a half-written message looking final
+                await stream.finish(text + self.cut_mark)
             raise
         if is_silent(text, self.config.allow_silence, token):
             await stream.discard()

@@ -33,6 +33,7 @@ HOOK_EVENTS = frozenset(
         "member_joined",
         "member_left",
         "thread_created",
+        "button_pressed",
     }
 )
 

@@ -48,6 +48,10 @@ class TurnStatus(str, Enum):
     UNROUTABLE = "unroutable"
     RATE_LIMITED = "rate_limited"
     BUSY = "busy"
+    STOPPED = "stopped"  # cancelled by /stop, a deletion, an edit or a newer message; `detail` says which
+    COLLECTED = "collected"  # recorded in history, answered together with a later message
+    STALE = "stale"  # arrived long after it was sent; its author was told instead
+    FAILED = "failed"  # the turn broke; its author was told
 
 
 @dataclass
@@ -57,6 +61,8 @@ class TurnOutcome:
     status: TurnStatus
     delivery: Delivered | None = None
     detail: str = ""
+    #: The history item a turn committed (as stored), so a re-run can take its place.
+    history_item: str | None = None
 
     @property
     def message_ids(self) -> list[str]:
@@ -77,6 +83,9 @@ class Inbound:
     observe_only: bool = False
     #: Set by the media step: what the agent reads of the message's files (None: its text).
     turn: UserTurn | None = None
+    #: Set by turn control when an edited message is answered again: the history item of the
+    #: earlier answer, which the new exchange replaces.
+    replaces: str | None = None
 
     @property
     def conversation(self) -> str:

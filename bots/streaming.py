@@ -41,6 +41,12 @@ class StreamingReply:
         """When the stream last changed what people see (`clock` time; -inf before its first post)."""
         return self._last_write
 
+    def adopt(self, message_ids: list[str]) -> None:
+        """Write into these messages (an earlier answer's) before posting new ones; those the
+        final text does not need are deleted when it is finished."""
+        self.message_ids.extend(message_ids)
+        self._shown.extend("" for _ in message_ids)
+
     async def update(self, text: str) -> None:
         """Show the text streamed so far; writes to the platform only when the interval allows."""
         if not text.strip():
@@ -57,6 +63,11 @@ class StreamingReply:
         if self.message_ids and wait > 0:
             await self.sleep(wait)  # the final edit respects the floor too
         await self._render(final_text)
+        needed = len(chunk_text(final_text, self.limit, self.unit))
+        for message_id in self.message_ids[needed:]:  # an adopted answer was longer
+            await self.delete(message_id)
+        del self.message_ids[needed:]
+        del self._shown[needed:]
         return self.message_ids
 
     async def discard(self) -> None:

@@ -7,6 +7,11 @@ run concurrently; each call ends in a result the model can read, whatever happen
 that raises, times out, is refused by a policy or does not exist answers `{"error": "…"}`, and
 the turn goes on. Logs name the tool and how it ended, never its arguments, which may carry
 whatever the person typed (addresses, tokens).
+
+A tool may need a person's yes before it runs (`approval: required` in bot.yaml): such a
+tool is wrapped in `NeedsApproval`, and its call first asks the turn's `Approvals` (the
+runtime hands one in with the context). The wait for an answer is not part of the tool's
+own timeout, and a refusal, a timeout or the lack of anyone to ask is the call's result.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from botweave.metrics import TOOL_CALLS
 from botweave.types import BotMessage, MessageActionResult
@@ -33,15 +38,40 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_RESULT_CHARS = 32_000
 
 
+Approver = Literal["requester", "owner"]
+#: Seconds an approval request waits for its answer when its tool sets none.
+DEFAULT_APPROVAL_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRule:
+    """Who must say yes before a tool runs (the person whose message started the turn, or the
+    bot's owner on that platform), and how long they have."""
+
+    approver: Approver = "requester"
+    timeout_seconds: float = DEFAULT_APPROVAL_TIMEOUT_S
+
+
+class Approvals(Protocol):
+    """Asks the approver whether one call may run; the runtime hands each turn one."""
+
+    async def ask(self, tool: str, arguments: dict[str, Any], rule: ApprovalRule, context: ToolContext) -> str | None:
+        """None when the call was approved; otherwise what the model is told instead of a
+        result (`denied by <who>`, `approval timed out`, or why nobody could be asked)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a call knows about the turn it runs in. `origin` is the message being answered
     (None when nobody wrote one, e.g. a room member's turn), which is what the `origin`
-    target and a reaction's default message mean."""
+    target and a reaction's default message mean. `approvals` asks for a person's yes where
+    a tool needs one; without it such a tool cannot run."""
 
     agent: str
     origin: BotMessage | None = None
     conversation: str | None = None
+    approvals: Approvals | None = None
 
 
 @runtime_checkable
@@ -63,6 +93,33 @@ class Tool(Protocol):
     def timeout_seconds(self) -> float | None: ...
 
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsApproval:
+    """A tool that runs only once its approver said yes (see the module docstring)."""
+
+    tool: Tool
+    rule: ApprovalRule
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.tool.parameters
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        return self.tool.timeout_seconds
+
+    async def call(self, arguments: dict[str, Any], context: ToolContext) -> Any:
+        return await self.tool.call(arguments, context)
 
 
 class ToolError(Exception):
@@ -167,6 +224,12 @@ async def _call(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[str, 
     timeout = tool.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
     try:
         arguments = parse_arguments(call.arguments)
+        if isinstance(tool, NeedsApproval):
+            refusal = await _approval(tool, arguments, context)
+            if refusal is not None:
+                log.info("agent %s: tool %s not approved", context.agent, call.name)
+                return "denied", error_text(refusal)
+            started = time.monotonic()
         async with asyncio.timeout(timeout):
             value = await tool.call(arguments, context)
     except TimeoutError:
@@ -185,6 +248,12 @@ async def _call(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[str, 
         return "error", error_text(f"{call.name} failed: {type(exc).__name__}: {exc}"[:2000])
     log.info("agent %s: tool %s done in %.2fs", context.agent, call.name, time.monotonic() - started)
     return "ok", output_text(value)
+
+
+async def _approval(tool: NeedsApproval, arguments: dict[str, Any], context: ToolContext) -> str | None:
+    if context.approvals is None:
+        return f"{tool.name} needs a person's approval, and nobody can be asked here"
+    return await context.approvals.ask(tool.name, arguments, tool.rule, context)
 
 
 async def run_round(calls: Sequence[ToolCall], tools: Mapping[str, Tool], context: ToolContext) -> list[dict[str, Any]]:

@@ -23,6 +23,18 @@ ChannelType = Literal["dm", "group", "channel", "thread"]
 META_MENTIONS_BOT = "mentions_bot"
 META_REPLY_TO_BOT = "reply_to_bot"
 META_SCOPE = "scope"  # admission scope: Telegram chat, Discord guild, Slack team
+# Set by the runtime when it receives an item: when (Unix time) this process got it, which
+# orders a conversation's messages for turn control and dates them for staleness.
+META_RECEIVED_AT = "received_at"
+# A message answered again after its author edited it: the how-manieth answer this is (1 for
+# the first re-run), so each answer has its own turn marker and outbox keys.
+META_REVISION = "revision"
+
+
+def revision_suffix(msg: BotMessage) -> str:
+    """What tells an edited message's later answers apart in keys ("" for the first one)."""
+    revision = msg.metadata.get(META_REVISION)
+    return f"~{revision}" if revision else ""
 
 
 class MessageType(str, Enum):
@@ -237,6 +249,7 @@ EventKind = Literal[
     "member_joined",
     "member_left",
     "thread_created",
+    "button_pressed",
 ]
 EVENT_KINDS: frozenset[str] = frozenset(EventKind.__args__)  # type: ignore[attr-defined]
 HOOK_NEW_TEXT_MAX = 500
@@ -244,7 +257,8 @@ HOOK_NEW_TEXT_MAX = 500
 
 @dataclass(slots=True)
 class PlatformEvent:
-    """An inbound happening that is not a message: reactions, edits, deletions, membership."""
+    """An inbound happening that is not a message: reactions, edits, deletions, membership,
+    button presses (`message_id` is then the message that carried the button)."""
 
     kind: EventKind
     platform: str
@@ -255,6 +269,9 @@ class PlatformEvent:
     new_text: str | None = None
     thread_id: str | None = None
     event_id: str | None = None  # the platform's own id, when it has one, for dedup
+    #: A press (`button_pressed`): the action of the button, and the value it carried.
+    action_id: str | None = None
+    value: str | None = None
     raw: Any = None
 
     def __post_init__(self) -> None:
@@ -278,6 +295,8 @@ class PlatformEvent:
             "new_text": self.new_text,
             "thread_id": self.thread_id,
             "event_id": self.event_id,
+            "action_id": self.action_id,
+            "value": self.value,
         }
 
     def hook_payload(self) -> dict[str, Any]:
@@ -285,6 +304,50 @@ class PlatformEvent:
         if payload["new_text"] is not None:
             payload["new_text"] = payload["new_text"][:HOOK_NEW_TEXT_MAX]
         return payload
+
+
+ButtonStyle = Literal["default", "primary", "danger"]
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """A button on a message the bot posts: what people read (`label`), what a press means
+    (`action_id`, with an optional `value`), and how prominent it looks where the platform
+    can show that. A press comes back as a `button_pressed` PlatformEvent with the same
+    `action_id` and `value`, whatever the platform could carry on its wire."""
+
+    label: str
+    action_id: str
+    value: str = ""
+    style: ButtonStyle = "default"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "action_id": self.action_id, "value": self.value, "style": self.style}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Button:
+        style: ButtonStyle = "default"
+        if data.get("style") == "primary":
+            style = "primary"
+        elif data.get("style") == "danger":
+            style = "danger"
+        return cls(
+            label=str(data.get("label", "")),
+            action_id=str(data.get("action_id", "")),
+            value=str(data.get("value") or ""),
+            style=style,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PressAnswer:
+    """What the person who pressed a button is told, in the press's own answer (a Telegram
+    callback answer, an ephemeral reply on Discord and Slack). `alert` marks an answer they
+    must not miss (the button is not theirs, the request expired); an empty text only
+    acknowledges the press."""
+
+    text: str = ""
+    alert: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +395,7 @@ class PlatformCapabilities:
     threads: bool = False
     typing: bool = False
     markdown: str = "none"  # the dialect replies are rendered to: none, telegram, discord, slack
+    buttons: bool = False  # messages can carry buttons whose presses come back
     edit_floor_ms: int = 0  # the platform's minimum time between edits of one message
     group_edit_floor_ms: int | None = None  # a stricter floor in groups (Telegram), if any
 

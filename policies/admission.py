@@ -22,6 +22,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -74,6 +75,15 @@ class _Waiter:
     admitted: asyncio.Future[bool]
 
 
+#: Set in the task of a turn that a newer one pushed out of the full queue (its sender is
+#: told so, rather than that we are busy).
+_SHED: ContextVar[bool] = ContextVar("botweave_shed", default=False)
+
+
+def _shed(waiter: _Waiter) -> None:
+    waiter.admitted.set_result(False)
+
+
 @dataclass
 class Admission:
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
@@ -108,11 +118,13 @@ class Admission:
         if action == "reject":
             return False
         if action == "shed_oldest":
-            self._waiters.popleft().admitted.set_result(False)
+            _shed(self._waiters.popleft())
         waiter = _Waiter(scope, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         try:
-            return await waiter.admitted
+            admitted = await waiter.admitted
+            _SHED.set(not admitted)
+            return admitted
         except asyncio.CancelledError:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
@@ -150,7 +162,7 @@ class Admission:
         if len(self._waiters) >= self.limits.queue_depth:
             if self.limits.overflow != "shed_oldest":
                 return False
-            self._waiters.popleft().admitted.set_result(False)
+            _shed(self._waiters.popleft())
         waiter = _Waiter(scope, asyncio.get_running_loop().create_future())
         self._waiters.append(waiter)
         try:
@@ -159,6 +171,7 @@ class Admission:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._released.wait(), timeout=SHARED_POLL_S)
                 if waiter.admitted.done():
+                    _SHED.set(True)
                     break  # shed while waiting
                 if await store.slots_acquire(claims, holder, SLOT_TTL_S):
                     waiter.admitted.set_result(True)
@@ -212,9 +225,19 @@ class Admission:
                 self.release(scope)
 
 
+#: Told to the sender of a waiting message that a newer one pushed out of a full queue.
+DROPPED_MESSAGE = "Too many messages were waiting, so I dropped this one. Please send it again."
+
+
 class AdmissionStep:
-    """The pipeline step: a turn runs only with a slot; a refused one gets at most one busy
-    notice per chat per minute, however large the burst."""
+    """The pipeline step: a turn runs only with a slot. Nothing is dropped silently: the
+    sender of a refused message gets the busy notice, the sender of one pushed out of a full
+    queue is told it was dropped, each at most once a minute per person and chat, however
+    large the burst (and once per message: the notice is keyed by it)."""
+
+    @staticmethod
+    def was_shed() -> bool:
+        return _SHED.get()
 
     def __init__(self, admission: Admission, store: Store, busy_message: str) -> None:
         self._admission = admission
@@ -227,6 +250,8 @@ class AdmissionStep:
         async with self._admission.slot(scope) as admitted:
             if admitted:
                 return await call_next(inbound)
-        if await self._store.set_if_absent(f"busy:{msg.platform}:{msg.channel.channel_id}", "1", ttl=60):
-            await inbound.reply.send_text(self._busy_message, purpose="notice")
-        return TurnOutcome(TurnStatus.BUSY)
+        shed = self.was_shed()
+        key = f"busy:{msg.platform}:{msg.channel.channel_id}:{msg.sender.user_id}:{'shed' if shed else 'busy'}"
+        if await self._store.set_if_absent(key, "1", ttl=60):
+            await inbound.reply.send_text(DROPPED_MESSAGE if shed else self._busy_message, purpose="notice")
+        return TurnOutcome(TurnStatus.BUSY, detail="dropped from a full queue" if shed else "refused")

@@ -29,6 +29,8 @@ from typing import Any, Literal
 
 from botweave.adapter import Adapter, PlatformRejected
 from botweave.agents import Agent, History, litellm_module
+from botweave.buttons import PREFIX as BUTTON_PREFIX
+from botweave.buttons import ButtonBook
 from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
@@ -40,6 +42,7 @@ from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
+from botweave.policies.approvals import ApprovalDesk
 from botweave.policies.authors import AuthorScreen
 from botweave.policies.egress import EgressPolicy
 from botweave.policies.rate_limit import RateLimit
@@ -59,6 +62,7 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
+from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Patience, PatientStore, Store, StoreUnavailable, open_store
 from botweave.store.patient import backend
@@ -66,7 +70,7 @@ from botweave.store.redis import RedisStore
 from botweave.targets import Targets
 from botweave.tools import ToolServices, Toolsets
 from botweave.tools.python import function_tool
-from botweave.types import AgentIdentity, BotMessage, MessageActionResult, PlatformEvent
+from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +193,15 @@ class App:
         except ValueError as exc:
             raise ConfigError([str(exc)]) from None
         self.access = AccessControl(self.store, self.delivery)
+        self.buttons = ButtonBook(self.store)
+        self.approvals = ApprovalDesk(
+            self.store,
+            self.delivery,
+            self.adapters,
+            self.buttons,
+            owner_of=lambda platform: self.access.owner(platform, self._bot_config(platform)),
+            notify=self._approval_requested,
+        )
         self.push = config.push
         self.preferences = PreferenceStore.from_config(self.store, self.push)
         self.notifier = Notifier(
@@ -228,7 +241,13 @@ class App:
             # several workers share one budget through the store
             slots=self.store if isinstance(backend(self.store), RedisStore) else None,
         )
-        self.turn = AgentTurn(self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds)
+        self.turn = AgentTurn(
+            self.agents, self.history, self._finished, self.store, cfg.dedup_ttl_seconds, approvals=self.approvals
+        )
+        self.control = TurnControl(
+            self.store, self.agents, self.history, self._bot_config, cfg.dedup_ttl_seconds, self._may_steer
+        )
+        self.commands.register("stop", self.control.stop_command, help=STOP_HELP)
         self.pipeline = build_pipeline(
             authors=AuthorScreen(self.store),
             access=self.access,
@@ -241,6 +260,7 @@ class App:
             rate_limit=RateLimit(self.store),
             admission=AdmissionStep(admission, self.store, limits.busy_message),
             media=MediaStep(self.agents, {name: config.media_for(name) for name in self.agents}),
+            control=self.control,
             turn=self.turn,
         )
         self.ops: OpsServer | None = None
@@ -262,7 +282,7 @@ class App:
         name = adapter.platform
         self.adapters[name] = adapter
         self._platform_configs[name] = self.config.bot_config_for(name)
-        adapter.bind(self.submit)
+        adapter.bind(self.submit, self.answer_press)
 
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
         """Connect the store and start every enabled platform (or just `platforms`).
@@ -334,6 +354,10 @@ class App:
             await self.schedules.start()
         if self.push.directory:
             self._background.append(asyncio.create_task(self._flush_digests()))
+        if receive and self.role in ("all", "worker"):
+            closed = await self.approvals.sweep()
+            if closed:
+                log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
         self._started_at = time.monotonic()
         self._ready.set()
         self._serving = True
@@ -375,6 +399,10 @@ class App:
     def _bot_config(self, platform: str) -> BotConfig:
         return self._platform_configs.get(platform) or self.config.bot_config_for(platform)
 
+    async def _may_steer(self, msg: BotMessage, config: BotConfig) -> bool:
+        """Only someone the bot answers may interrupt or add to a running turn."""
+        return await self.access.verdict(msg, config) == "admit"
+
     @staticmethod
     def _connected(name: str, adapter: Adapter, inbound: bool) -> None:
         me = adapter.self_user
@@ -385,7 +413,7 @@ class App:
     def _inbound_adapter(self, name: str, section: Any) -> Adapter:
         """A second adapter instance that receives; the first one only sends."""
         adapter = installed_platforms()[name].create(section)
-        adapter.bind(self.submit)
+        adapter.bind(self.submit, self.answer_press)
         return adapter
 
     def _explain_access(self, platform: str) -> None:
@@ -405,6 +433,7 @@ class App:
         self._drain_seconds = timeout
         self._serving = False
         self._stopping.set()
+        self.approvals.shutting_down()
         if self.rooms is not None:
             await self.rooms.stop()
         if self.schedules is not None:
@@ -425,6 +454,7 @@ class App:
                 await adapter.stop()
             except Exception:
                 log.exception("platform %s did not stop cleanly", name)
+        await self.approvals.stop()
         await self.tools.stop()
         await self.store.close()
         if self.ops is not None:
@@ -559,24 +589,35 @@ class App:
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
         """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
         returns, and its turn runs in the background. A failure to record raises, so the
-        adapter does not acknowledge what could still be lost."""
+        adapter does not acknowledge what could still be lost.
+
+        A /stop is not queued behind the turn it stops; any other message in `interrupt` or
+        `collect` mode tells the turns before it that it came."""
+        ordered = not self.control.is_control(item)
         if self.stream is not None:
-            if isinstance(item, PlatformEvent):
-                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
+            if isinstance(item, PlatformEvent) or not ordered:
+                self.control.stamp(item)
+                await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds, ordered=False)
                 return
             # One append at a time per conversation, in the order items arrived: the stream's
             # sequence numbers are the conversation's order (an SDK that hands over each
-            # message in a task of its own must not let a later one overtake).
+            # message in a task of its own must not let a later one overtake), and so are
+            # their receipt times.
             async with self._publishing.hold(conversation_key(item)):
+                self.control.stamp(item)
+                await self.control.arrived(item)
                 await self.stream.publish(item, dedup_key(item), self.config.store.dedup_ttl_seconds)
             return
+        self.control.stamp(item)
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into
             self._spawn(self.handle(item))
             return
         recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._spawn(self._journaled(item, recorded))  # takes its place in the conversation now
+        self._spawn(self._journaled(item, recorded, ordered=ordered))  # takes its place in the conversation now
         try:
+            if ordered and isinstance(item, BotMessage):
+                await self.control.arrived(item)  # before its turn can start: it waits for `recorded`
             entry = await journal.record(item)
         except BaseException:
             recorded.set_result(None)
@@ -594,13 +635,15 @@ class App:
         done.set_result(entry)
         return done
 
-    async def _journaled(self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None]) -> None:
+    async def _journaled(
+        self, item: BotMessage | PlatformEvent, recorded: asyncio.Future[str | None], *, ordered: bool = True
+    ) -> None:
         """One journaled item: its turn, then its entry removed. A turn cut off (a crash, a
         store away for longer than the grace) leaves the entry for the next start."""
         journal = self.journal
         assert journal is not None
         async with contextlib.AsyncExitStack() as stack:
-            if isinstance(item, BotMessage):
+            if isinstance(item, BotMessage) and ordered and not self.control.is_control(item):
                 # the conversation's place is taken before the first await: arrival order
                 await stack.enter_async_context(self._locks.hold(conversation_key(item)))
             entry = await recorded
@@ -640,8 +683,11 @@ class App:
             return TurnOutcome(TurnStatus.DUPLICATE)
         if isinstance(item, PlatformEvent):
             return await self._handle_event(item)
+        self.control.stamp(item)  # handed over directly (not through `submit`)
         if recorded == "journal":  # the journal took the conversation's lock on arrival
             return await self._run_pipeline(item, durable=True)
+        if self.control.is_control(item):  # it acts on the turn holding the lock
+            return await self._run_pipeline(item, durable=deduplicated)
         async with self._locks.hold(conversation_key(item)):
             return await self._run_pipeline(item, durable=deduplicated)
 
@@ -658,7 +704,15 @@ class App:
             resumed = await self.turn.resume(msg, reply)
             if resumed is not None:
                 return resumed
-        return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+        try:
+            return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+        except outage_errors():
+            raise  # not a failure of the turn: it runs again once the store is back
+        except Exception as exc:
+            # Nothing vanishes silently: the sender hears that this message got no answer.
+            log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
+            await self.control.tell_failure(reply)
+            return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
         token = _RECORDED.set("stream")
@@ -667,8 +721,23 @@ class App:
         finally:
             _RECORDED.reset(token)
 
+    async def answer_press(self, event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
+        """A button press, read in whichever process holds the platform connection: what its
+        button stood for (the button book), what it decides (an approval), and what the
+        presser is told. Adapters call this before acknowledging the press."""
+        event, known = await self.buttons.read(event)
+        if not known:
+            stale = (event.action_id or "").startswith(BUTTON_PREFIX)
+            return event, PressAnswer("This button no longer works.", alert=True) if stale else PressAnswer()
+        answer = await self.approvals.answer(event)
+        return event, answer or PressAnswer()
+
     async def _handle_event(self, event: PlatformEvent) -> TurnOutcome:
         await self.hooks.run(HookEvent(event.hook_event, event.hook_payload()))
+        if event.platform in self.adapters:
+            again = await self.control.on_event(event)
+            if again is not None:  # an edit soon after its answer: answered again, in its turn
+                await self.submit(again)
         return TurnOutcome(TurnStatus.EVENT)
 
     # --- push and rooms ------------------------------------------------------------------
@@ -713,6 +782,11 @@ class App:
             except Exception:
                 log.exception("delivering notification digests failed; will retry")
 
+    async def _approval_requested(self, platform: str, user_id: str, content: str, agent: str) -> None:
+        await self.notifier.notify(
+            NotificationCategory.APPROVAL_REQUESTED, [f"{platform}:{user_id}"], content, identity=agent, urgent=True
+        )
+
     async def _finished(self, msg: BotMessage, agent: Agent, delivered: Delivered, seconds: float) -> None:
         """A long turn tells the person who asked (`agent_finished`, if they opted in)."""
         if seconds >= self.push.agent_finished_after_seconds:
@@ -725,13 +799,17 @@ class App:
 
     # --- outbound: everything goes through delivery ------------------------------------------
 
-    async def send_to(self, target: str, text: str, *, origin: BotMessage | None = None) -> MessageActionResult:
+    async def send_to(
+        self, target: str, text: str, *, origin: BotMessage | None = None, buttons: Sequence[Button] = ()
+    ) -> MessageActionResult:
         """Post text to a target (`origin`, `<platform>`, `<platform>:<chat>[:<thread>]`);
-        an unresolvable target is a `no_route` result."""
+        an unresolvable target is a `no_route` result. Presses of `buttons` come back as
+        `button_pressed` events (hooks) with the button's own `action_id` and `value`."""
         to = self.targets.resolve(target, origin)
         if to is None:
             return MessageActionResult("no_route", target, "target not resolvable")
-        return (await self.delivery.post(to, text, origin=origin)).result(target)
+        issued = await self.buttons.issue(buttons) if buttons else []
+        return (await self.delivery.post(to, text, origin=origin, buttons=issued)).result(target)
 
     async def send_file(
         self,

@@ -43,7 +43,7 @@ from botweave.router import conversation_key
 from botweave.runtime.locks import Lease
 from botweave.store import Patience, Put, Store, StoreOutage
 from botweave.store.redis import RedisStore, passing_errors
-from botweave.types import BotMessage, PlatformEvent
+from botweave.types import BotMessage, PlatformEvent, revision_suffix
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def dedup_key(item: BotMessage | PlatformEvent) -> str | None:
     """The identity a platform retry repeats: (platform, chat, message or event id); None for
     an event the platform gave no id, which nothing could recognise as repeated anyway."""
     if isinstance(item, BotMessage):
-        return f"dedup:{item.platform}:{item.channel.channel_id}:{item.message_id}"
+        return f"dedup:{item.platform}:{item.channel.channel_id}:{item.message_id}{revision_suffix(item)}"
     return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id}" if item.event_id else None
 
 
@@ -164,12 +164,16 @@ class InboundStream:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def publish(self, item: BotMessage | PlatformEvent, dedup: str | None = None, dedup_ttl: float = 0) -> str | None:
+    async def publish(
+        self, item: BotMessage | PlatformEvent, dedup: str | None = None, dedup_ttl: float = 0, *, ordered: bool = True
+    ) -> str | None:
         """Append before the platform is acknowledged; returns the entry id, or None when
         `dedup` was seen already (a platform retry). Checking and appending is one atomic
         step, so a crash between them can neither lose nor double an item. While Redis is
-        away the item waits (the platform is not acknowledged yet) for up to a minute."""
-        conv = conversation_key(item) if isinstance(item, BotMessage) else ""
+        away the item waits (the platform is not acknowledged yet) for up to a minute.
+        A message that is not `ordered` (a /stop) runs at once, not after its conversation's
+        earlier messages, like an event."""
+        conv = conversation_key(item) if isinstance(item, BotMessage) and ordered else ""
         keys = [self.stream, self.store.key(f"conv:seq:{conv}"), self.store.key(dedup or "unused")]
         ttl_ms = str(int(dedup_ttl * 1000)) if dedup else ""
         args = [encode(item), conv, self.max_len, ttl_ms]

@@ -18,6 +18,7 @@ from botweave.policies.rate_limit import RateLimit
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
 from botweave.runtime.steps import Commands, MessageHooks, Observe
+from botweave.runtime.turn_control import TurnControl
 from botweave.runtime.turns import AgentTurn
 
 
@@ -34,12 +35,14 @@ def build_pipeline(
     rate_limit: RateLimit,
     admission: AdmissionStep,
     media: MediaStep,
+    control: TurnControl,
     turn: AgentTurn,
 ) -> Handler:
     steps: list[Step] = [
         authors,  # our own echoes, bots (within the loop guard), commands for other bots
         access.step,  # allowlists, unknown-user policy, pairing
         group_gate,  # in groups: addressed to us? observe only?
+        control.stale_step,  # handed over long after it was sent (we were down): a notice instead
         MessageHooks(hooks, router, delivery),  # message_received hooks may drop or rewrite
         Commands(commands),  # /new, /help, /pair, /notify, plugins' commands
     ]
@@ -49,6 +52,7 @@ def build_pipeline(
         observe,  # group_policy observe: record, never answer
         rate_limit,  # per-user message budget
         admission,  # concurrent turn limits
+        control.guard,  # /stop, edits, deletions and busy_mode cancel or re-run the turn
         media,  # the files of a message an agent answers: read within the media limits
     ]
     return compose(steps, turn)

@@ -12,9 +12,9 @@ last edit; a re-run edits the same messages (the outbox remembers them).
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
 indicator shows for a turn that takes a while (see `TypingIndicator`) and is renewed for as
-long as it runs. The agent reads what the media step made
-of the message's files when there were any (images as content parts), and history keeps
-their compact markers; images the model returns follow its words as files.
+long as it runs. The agent reads what the media step made of the message's files when there
+were any (images as content parts), and history keeps their compact markers; images the
+model returns follow its words as files.
 However it ends, a turn is reported once: one INFO line with what an operator asks first
 (which conversation, agent and model, how it ended, how long it took, how many tokens it
 used) and the turn metrics.
@@ -35,8 +35,8 @@ from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.store import Operation, Put, Store
-from botweave.tooling import ToolContext
-from botweave.types import BotMessage, OutboundFile
+from botweave.tooling import Approvals, ToolContext
+from botweave.types import BotMessage, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ def user_entry(msg: BotMessage) -> dict[str, str]:
     return {"role": "user", "content": attribution(msg) + message_text(msg)}
 
 
-Run = Callable[["AgentTurn", BotMessage, Agent, str, ReplyChannel, "UserTurn | None"], Awaitable[TurnOutcome]]
+Run = Callable[
+    ["AgentTurn", BotMessage, Agent, str, ReplyChannel, "UserTurn | None", "str | None"], Awaitable[TurnOutcome]
+]
 
 
 def _reported(run: Run) -> Run:
@@ -71,12 +73,13 @@ def _reported(run: Run) -> Run:
         conversation: str,
         reply: ReplyChannel,
         turn: UserTurn | None = None,
+        replaces: str | None = None,
     ) -> TurnOutcome:
         started = time.monotonic()
         outcome = "error"
         with counting_usage() as usage:
             try:
-                result = await run(self, msg, agent, conversation, reply, turn)
+                result = await run(self, msg, agent, conversation, reply, turn, replaces)
                 outcome = result.status.value
                 return result
             except asyncio.CancelledError:
@@ -106,7 +109,7 @@ def _reported(run: Run) -> Run:
 
 def turn_marker(msg: BotMessage) -> str:
     """The key whose presence says this message's turn has committed."""
-    return f"turn:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}"
+    return f"turn:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}{revision_suffix(msg)}"
 
 
 def reply_record(reply: ReplyChannel) -> str:
@@ -208,8 +211,16 @@ class AgentTurn:
     """The endpoint of the pipeline: the routed agent answers."""
 
     def __init__(
-        self, agents: Mapping[str, Agent], history: History, finished: Finished, store: Store, ttl: float
+        self,
+        agents: Mapping[str, Agent],
+        history: History,
+        finished: Finished,
+        store: Store,
+        ttl: float,
+        *,
+        approvals: Approvals | None = None,
     ) -> None:
+        self._approvals = approvals
         self._agents = agents
         self._history = history
         self._finished = finished
@@ -223,7 +234,9 @@ class AgentTurn:
             msg = inbound.message
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
-        return await self.run(inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn)
+        return await self.run(
+            inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn, inbound.replaces
+        )
 
     async def resume(self, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome | None:
         """Finish a turn that committed before its process stopped: deliver the committed
@@ -240,8 +253,16 @@ class AgentTurn:
 
     @_reported
     async def run(
-        self, msg: BotMessage, agent: Agent, conversation: str, reply: ReplyChannel, turn: UserTurn | None = None
+        self,
+        msg: BotMessage,
+        agent: Agent,
+        conversation: str,
+        reply: ReplyChannel,
+        turn: UserTurn | None = None,
+        replaces: str | None = None,
     ) -> TurnOutcome:
+        """`replaces`: the history item of an earlier answer to this message (it was edited
+        since), which this turn's exchange takes the place of."""
         started = time.monotonic()
         earlier = await self._history.load(conversation, agent.config.max_history)
         turn = turn or UserTurn(message_text(msg))
@@ -249,7 +270,7 @@ class AgentTurn:
         content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
-        tools = ToolTurn(ToolContext(agent.name, msg, conversation))
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals))
         typing = TypingIndicator(reply)
         typing.start()
         try:
@@ -267,11 +288,8 @@ class AgentTurn:
                     await self._send_images(reply, images, delivered)
                     said = "\n".join(part for part in (said, markers_for(images)) if part)
                 exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
-                await self._store.commit(
-                    turn_marker(msg),
-                    [self._history.append_turn_op(conversation, agent.config.max_history, exchange)],
-                    ttl=self._ttl,
-                )
+                operations, item = await self._history_ops(conversation, agent, exchange, replaces)
+                await self._store.commit(turn_marker(msg), operations, ttl=self._ttl)
             else:
                 text = await agent.complete(earlier, content, tools, images=images)
                 if images and not text.strip():
@@ -286,7 +304,8 @@ class AgentTurn:
                 if images and not prepared.silent:
                     said = "\n".join(part for part in (said, markers_for(images)) if part)
                 exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
-                prepared = await self._commit(msg, agent, conversation, reply, exchange, prepared)
+                operations, item = await self._history_ops(conversation, agent, exchange, replaces)
+                prepared = await self._commit(msg, reply, operations, prepared)
                 delivered = await reply.deliver(prepared)
                 if images and not prepared.silent:
                     await self._send_images(reply, images, delivered)
@@ -297,9 +316,19 @@ class AgentTurn:
         finally:
             await typing.stop()
         if delivered.silent:
-            return TurnOutcome(TurnStatus.SILENT, delivered)
+            return TurnOutcome(TurnStatus.SILENT, delivered, history_item=item)
         await self._finished(msg, agent, delivered, time.monotonic() - started)
-        return TurnOutcome(TurnStatus.REPLIED, delivered)
+        return TurnOutcome(TurnStatus.REPLIED, delivered, history_item=item)
+
+    async def _history_ops(
+        self, conversation: str, agent: Agent, exchange: list[dict[str, Any]], replaces: str | None
+    ) -> tuple[list[Operation], str]:
+        """The exchange's history write, and the item as stored: appended, or put in the
+        place of the earlier answer's item it replaces."""
+        append = self._history.append_turn_op(conversation, agent.config.max_history, exchange)
+        if replaces is None:
+            return [append], append.values[0]
+        return await self._history.replace_turn_ops(conversation, agent.config.max_history, replaces, exchange), append.values[0]
 
     @staticmethod
     async def _send_images(reply: ReplyChannel, images: list[OutboundFile], delivered: Delivered) -> None:
@@ -310,16 +339,10 @@ class AgentTurn:
             delivered.failures.extend(posted.failures)
 
     async def _commit(
-        self,
-        msg: BotMessage,
-        agent: Agent,
-        conversation: str,
-        reply: ReplyChannel,
-        exchange: list[dict[str, Any]],
-        prepared: Prepared,
+        self, msg: BotMessage, reply: ReplyChannel, operations: list[Operation], prepared: Prepared
     ) -> Prepared:
         """History, reply and marker in one step; what to deliver is what was committed."""
-        operations: list[Operation] = [self._history.append_turn_op(conversation, agent.config.max_history, exchange)]
+        operations = list(operations)
         if not prepared.silent:
             operations.append(Put(reply_record(reply), prepared.to_json(), ttl=self._ttl))
         if await self._store.commit(turn_marker(msg), operations, ttl=self._ttl):

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 from botweave import App
+from botweave.runtime.turn_control import FAILED_NOTICE
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
@@ -85,7 +86,8 @@ async def test_metrics_move_as_the_traffic_did(
         await wait_until(lambda: not emu.pending, what="the update to be fetched")
         await asyncio.sleep(0.05)
         await app.drain()
-    assert emu.sent_texts(1)[0] == "two"  # the first reply was refused by the platform
+    # the first reply was refused by the platform: its sender is told, once
+    assert emu.sent_texts(1)[:2] == [FAILED_NOTICE, "two"]
 
     status, text = await get(app, "/metrics")
     after = parse(text)
@@ -99,7 +101,7 @@ async def test_metrics_move_as_the_traffic_did(
     assert delta("botweave_turns_total", agent="assistant", outcome="replied") == 3
     assert delta("botweave_turn_seconds_count") == 3
     assert delta("botweave_model_seconds_count") == 3
-    assert delta("botweave_outbound_total", platform="telegram", action="send", result="ok") == 3  # two replies, /help
+    assert delta("botweave_outbound_total", platform="telegram", action="send", result="ok") == 4  # two replies, /help, the notice for the refused one
     assert delta("botweave_outbound_total", platform="telegram", action="send", result="failed") == 1
     assert 1.0 <= delta("botweave_rate_limit_wait_seconds_total", platform="telegram") < 5.0
     # the scripted usage twice, then whatever the emulator estimated for the third

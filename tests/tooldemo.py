@@ -53,3 +53,4 @@ def whoami(context: ToolContext) -> dict:
     CONTEXTS.append(context)
     origin = context.origin
     return {"agent": context.agent, "message_id": origin.message_id if origin else None}
+

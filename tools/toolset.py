@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from botweave.config import AgentConfig, McpServerConfig, MediaConfig, ToolEntry
 from botweave.delivery import Delivery
 from botweave.targets import Targets
-from botweave.tooling import Egress, Tool
+from botweave.tooling import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalRule, Egress, NeedsApproval, Tool
 from botweave.tools.fetch import FetchUrl
 from botweave.tools.mcp import McpServers
 from botweave.tools.messages import MESSAGE_TOOLS, MessageTools
@@ -42,6 +42,22 @@ def mcp_servers(agents: Mapping[str, AgentConfig]) -> dict[str, McpServerConfig]
                 name, server = entry.server
                 found.setdefault(name, server)
     return found
+
+
+def approval_rule(entry: ToolEntry) -> ApprovalRule | None:
+    """The approval the entry's tools need before they run, or None when they need none."""
+    if entry.approval != "required":
+        return None
+    return ApprovalRule(
+        approver=entry.approver or "requester",
+        timeout_seconds=entry.approval_timeout_seconds or DEFAULT_APPROVAL_TIMEOUT_S,
+    )
+
+
+def guarded(tool: Tool, entry: ToolEntry) -> Tool:
+    """The tool as the agent gets it: behind its approval when the entry asks for one."""
+    rule = approval_rule(entry)
+    return tool if rule is None else NeedsApproval(tool, rule)
 
 
 class Toolsets:
@@ -91,7 +107,7 @@ class Toolsets:
             for tool in made:
                 if tool.name in tools:
                     raise ValueError(f"{where}: a second tool named {tool.name!r}")
-                tools[tool.name] = tool
+                tools[tool.name] = guarded(tool, entry)
         return tools
 
     def server_tools(self, agent: str) -> dict[str, Tool]:
@@ -100,7 +116,8 @@ class Toolsets:
         for entry in self._agents[agent].tools:
             if entry.kind == "mcp":
                 name, _ = entry.server
-                tools.update(self.mcp.tools(name, entry.timeout_seconds))
+                for tool in self.mcp.tools(name, entry.timeout_seconds).values():
+                    tools[tool.name] = guarded(tool, entry)
         return tools
 
     async def start(self) -> None:

@@ -20,8 +20,9 @@ from .outbound import ConsoleOutbound
 class ConsoleAdapter(Adapter):
     platform = "console"
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
-        max_message_length=None, can_react=True, threads=True, markdown="none"
+        max_message_length=None, can_react=True, threads=True, markdown="none", buttons=True
     )
+    emits = frozenset({"button_pressed"})
 
     def __init__(
         self, config: ConsoleConfig | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None

@@ -1,4 +1,5 @@
-"""Console input: lines from stdin as messages from the one local user, in one DM.
+"""Console input: lines from stdin as messages from the one local user, in one DM; while a
+message with buttons is open, typing the number of one of its choices presses that button.
 
 A pipe is read line by line in a daemon thread, so the event loop never blocks on it and a
 read blocked there never keeps the process alive after Ctrl-C. A terminal gets a prompt with
@@ -15,11 +16,14 @@ import itertools
 import os
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
 from botweave.adapter import Adapter
-from botweave.types import BotChannel, BotMessage, BotUser
+from botweave.types import BotChannel, BotMessage, BotUser, PlatformEvent, PressAnswer
+
+from .outbound import ConsoleOutbound
 
 CHAT_ID = "console"
 PROMPT = "› "
@@ -99,7 +103,7 @@ class ConsoleInbound:
             while (line := await lines.get()) is not None:
                 text = line.rstrip("\r\n")
                 if text.strip():
-                    await self._adapter.dispatch(self.message(text))
+                    await self.typed(text)
         finally:
             self.finished.set()
 
@@ -128,10 +132,36 @@ class ConsoleInbound:
                         break
                     if line.strip():
                         self.waiting = True
-                        await self._adapter.dispatch(self.message(line))
+                        await self.typed(line)
         finally:
             self._session = None
             self.finished.set()
+
+    async def typed(self, text: str) -> None:
+        """A line: the number of an open choice presses that button; anything else is a message."""
+        out = self._adapter.outbound
+        choice = out.choices.get(text.strip()) if isinstance(out, ConsoleOutbound) else None
+        if choice is None or not isinstance(out, ConsoleOutbound):
+            await self._adapter.dispatch(self.message(text))
+            return
+        message_id, action_id = choice
+        console = out
+        event = PlatformEvent(
+            kind="button_pressed",
+            platform=self._adapter.platform,
+            chat_id=CHAT_ID,
+            user_id=self._user.user_id,
+            message_id=message_id,
+            event_id=f"press-{uuid.uuid4().hex}",  # unique across runs: dedup keys outlive a restart
+            action_id=action_id,
+        )
+
+        async def acknowledge(answer: PressAnswer) -> None:
+            self.waiting = False
+            if answer.text:
+                console.note(answer.text)
+
+        await self._adapter.pressed(event, acknowledge)
 
     def message(self, text: str) -> BotMessage:
         return BotMessage(

@@ -13,12 +13,12 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from botweave.adapter import ActionError, Outbound, Outcome
-from botweave.types import OutboundFile
+from botweave.types import Button, OutboundFile
 
 
 class ConsoleOutbound(Outbound):
@@ -38,6 +38,9 @@ class ConsoleOutbound(Outbound):
         #: Message id -> its text as printed so far (what the terminal shows for it).
         self.messages: dict[str, str] = {}
         self._open_line = False  # a streamed message may still grow on the current line
+        #: The buttons a terminal can press: the latest message's, by the number shown.
+        self.choices: dict[str, tuple[str, str]] = {}  # number -> (message id, action id)
+        self._choices_of: str | None = None
 
     @property
     def _out(self) -> TextIO:
@@ -64,6 +67,37 @@ class ConsoleOutbound(Outbound):
         self._open_line = True
         self.messages[message_id] = text
         return message_id
+
+    async def send_buttons(
+        self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        """The text, then its buttons as numbered choices; typing a number presses one. Only
+        the latest message's choices are open (a terminal has no older message to click)."""
+        message_id = await self.send(chat_id, text, thread_id=thread_id, reply_to=reply_to)
+        self._offer(message_id, buttons)
+        return message_id
+
+    async def edit_buttons(
+        self, chat_id: str, message_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None
+    ) -> None:
+        await self.edit(chat_id, message_id, text, thread_id=thread_id)
+        if buttons:
+            self._offer(message_id, buttons)
+        elif self._choices_of == message_id:
+            self.end_line()
+            self.choices, self._choices_of = {}, None
+
+    def _offer(self, message_id: str, buttons: Sequence[Button]) -> None:
+        self.end_line()
+        self.choices = {str(n): (message_id, b.action_id) for n, b in enumerate(buttons, start=1)}
+        self._choices_of = message_id
+        shown = "  ".join(f"[{n}] {b.label}" for n, b in enumerate(buttons, start=1))
+        self._write(f"{shown}  (type a number)\n")
+
+    def note(self, text: str) -> None:
+        """A line for the person alone (the answer to a press)."""
+        self.end_line()
+        self._write(f"({text})\n")
 
     async def send_file(
         self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None

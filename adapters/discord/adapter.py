@@ -67,6 +67,7 @@ class DiscordAdapter(Adapter):
         threads=True,
         typing=True,
         markdown="discord",
+        buttons=True,
         edit_floor_ms=EDIT_FLOOR_MS,
     )
     emits = ALL_KINDS

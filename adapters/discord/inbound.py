@@ -1,7 +1,7 @@
 """Inbound: discord.py's gateway messages and raw events as `BotMessage`s and `PlatformEvent`s.
 
 Guild channels, threads, forum posts and DMs become `BotMessage`s; reactions, edits, deletions,
-member joins/leaves and new threads become `PlatformEvent`s. Our own messages (the bot user's,
+member joins/leaves, new threads and button presses (interactions) become `PlatformEvent`s. Our own messages (the bot user's,
 and those of our application's webhooks, see `webhooks.py`) are dropped. `DiscordInbound`'s
 `on_*` methods are the client's event handlers, registered with `Client.event`; a malformed
 gateway payload costs that one event, never the connection.
@@ -27,6 +27,7 @@ from botweave.types import (
     BotUser,
     MessageType,
     PlatformEvent,
+    PressAnswer,
     QuotedRef,
 )
 
@@ -53,6 +54,7 @@ _HANDLERS = (
     "on_member_join",
     "on_raw_member_remove",
     "on_thread_create",
+    "on_interaction",
 )
 
 
@@ -318,6 +320,39 @@ class DiscordInbound:
                 raw=payload,
             )
         )
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A button on one of our messages was pressed: a `button_pressed` event, answered
+        within Discord's three seconds (an ephemeral reply when there is something to tell the
+        presser, else a deferred update that changes nothing on screen)."""
+        data: dict[str, Any] = dict(interaction.data or {})
+        if interaction.type is not discord.InteractionType.component or data.get("component_type") != 2:
+            return
+        message = interaction.message
+        channel_id = interaction.channel_id
+        if message is None or channel_id is None:
+            return
+        chat_id, thread_id = self._event_place(channel_id)
+        event = PlatformEvent(
+            kind="button_pressed",
+            platform=self._adapter.platform,
+            chat_id=chat_id,
+            user_id=str(interaction.user.id),
+            message_id=str(message.id),
+            thread_id=thread_id,
+            event_id=f"interaction:{interaction.id}",
+            action_id=str(data.get("custom_id") or ""),
+            raw=interaction,
+        )
+
+        async def acknowledge(answer: PressAnswer) -> None:
+            with self._webhooks.rebased():  # interaction answers go through the webhook adapter
+                if answer.text:
+                    await interaction.response.send_message(answer.text, ephemeral=True)
+                else:
+                    await interaction.response.defer()
+
+        await self._adapter.pressed(event, acknowledge)
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         """Only real content edits count; embed unfurls re-send the message without editing it."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
 import discord
 from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
 from botweave.files import http_chunks
-from botweave.types import AgentIdentity, OutboundFile
+from botweave.types import AgentIdentity, Button, OutboundFile
 
 from ..cache import BoundedCache
 from .webhooks import DiscordWebhooks
@@ -34,6 +34,21 @@ ALLOWED_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=Tr
 PUBLIC_THREAD: Literal[11] = 11
 #: Discord's codes for "not in this kind of channel" (a DM; a thread inside a thread).
 _NO_THREADS_HERE = frozenset({50003, 50024})
+
+
+_STYLES = {"default": discord.ButtonStyle.secondary, "primary": discord.ButtonStyle.primary,
+           "danger": discord.ButtonStyle.danger}
+
+
+def components(buttons: Sequence[Button]) -> discord.ui.View:
+    """One action row of buttons, each button's id as its `custom_id`. The view is stopped
+    before it is sent: presses are read from the gateway by the adapter (`on_interaction`), so
+    discord.py's view store must not keep (or answer) it."""
+    view = discord.ui.View(timeout=None)
+    for button in buttons:
+        view.add_item(discord.ui.Button(label=button.label[:80], custom_id=button.action_id, style=_STYLES[button.style]))
+    view.stop()
+    return view
 
 
 def chunk_nonce(key: str) -> str:
@@ -84,6 +99,28 @@ class DiscordOutbound(Outbound):
         sent = await self._channel(target).send(text, reference=reference, allowed_mentions=ALLOWED_MENTIONS, nonce=nonce)
         self._message_channels.put(str(sent.id), target)
         return str(sent.id)
+
+    async def send_buttons(
+        self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        """A message with one row of buttons (message components)."""
+        target = self._target_id(chat_id, thread_id=thread_id)
+        reference = None
+        if reply_to:
+            reference = discord.MessageReference(message_id=int(reply_to), channel_id=target, fail_if_not_exists=False)
+        sent = await self._channel(target).send(
+            text, reference=reference, allowed_mentions=ALLOWED_MENTIONS, view=components(buttons)
+        )
+        self._message_channels.put(str(sent.id), target)
+        return str(sent.id)
+
+    async def edit_buttons(
+        self, chat_id: str, message_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None
+    ) -> None:
+        channel = self._channel(self._target_id(chat_id, message_id, thread_id))
+        await channel.get_partial_message(int(message_id)).edit(
+            content=text, allowed_mentions=ALLOWED_MENTIONS, view=components(buttons) if buttons else None
+        )
 
     async def send_file(
         self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None

@@ -13,7 +13,9 @@ dropped, so a room never hears its own posts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import discord
@@ -143,6 +145,17 @@ class DiscordWebhooks:
             self._owner.put(webhook.id, True)
             return webhook
 
+    @contextlib.contextmanager
+    def rebased(self) -> Iterator[None]:
+        """Run discord.py's webhook-adapter calls (webhook posts, interaction answers) against
+        our REST base for the duration of the block (the context variable is per task)."""
+        token = async_context.set(self._rest) if self._rest is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                async_context.reset(token)
+
     async def execute(
         self,
         webhook: discord.Webhook,
@@ -152,8 +165,7 @@ class DiscordWebhooks:
         allowed_mentions: discord.AllowedMentions,
     ) -> discord.WebhookMessage:
         """Execute the webhook with `wait=true` (we need the message id), through our REST base."""
-        token = async_context.set(self._rest) if self._rest is not None else None
-        try:
+        with self.rebased():
             return await webhook.send(
                 text,
                 username=identity.name[:MAX_WEBHOOK_USERNAME] or discord.utils.MISSING,
@@ -162,6 +174,3 @@ class DiscordWebhooks:
                 allowed_mentions=allowed_mentions,
                 wait=True,
             )
-        finally:
-            if token is not None:
-                async_context.reset(token)

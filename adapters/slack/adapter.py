@@ -70,13 +70,22 @@ class SlackAdapter(Adapter):
         threads=True,
         typing=False,  # bot tokens have no typing indicator outside the legacy RTM API
         markdown="slack",
+        buttons=True,
         edit_floor_ms=1000,  # chat.update is tier 3 (~50/min): one edit a second per stream
     )
     # A post can carry message metadata and be found again by it (conversations.history).
     idempotency = "lookup"
     # Slack has no "thread created" event: a thread exists once someone replies.
     emits = frozenset(
-        {"message_edited", "message_deleted", "reaction_added", "reaction_removed", "member_joined", "member_left"}
+        {
+            "message_edited",
+            "message_deleted",
+            "reaction_added",
+            "reaction_removed",
+            "member_joined",
+            "member_left",
+            "button_pressed",
+        }
     )
 
     def __init__(self, config: SlackConfig | None = None) -> None:
@@ -237,6 +246,7 @@ class SlackAdapter(Adapter):
         )
         app.event(re.compile(".*"))(inbound.on_event)
         app.command(re.compile(".*"))(inbound.on_command)
+        app.action(re.compile(".*"))(inbound.on_action)
         return app
 
     async def _start_socket_mode(self, app: AsyncApp, client: AsyncWebClient) -> None:

@@ -34,9 +34,11 @@ from botweave.types import (
     ChannelType,
     MessageType,
     PlatformEvent,
+    PressAnswer,
     QuotedRef,
 )
 from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.respond.async_respond import AsyncRespond
 
 from ..cache import BoundedCache
 from .directory import SlackDirectory, channel_type_from_slack
@@ -94,6 +96,50 @@ class SlackInbound:
         """Slash commands: recorded, acknowledged, then run as a turn."""
         self.stats["received"] += 1
         await self._record_then_ack(self._accept_command(body), ack)
+
+    async def on_action(self, ack: AsyncAck, body: dict[str, Any], respond: AsyncRespond) -> None:
+        """A `block_actions` payload (a button pressed on one of our messages): a
+        `button_pressed` event, acknowledged within Slack's three seconds; what the presser
+        is told goes back through the payload's response_url as an ephemeral message."""
+        self.stats["received"] += 1
+        event = self.press(body)
+
+        async def acknowledge(answer: PressAnswer) -> None:
+            await ack()
+            if answer.text:
+                await respond(text=answer.text, response_type="ephemeral", replace_original=False)
+
+        if event is None:
+            await ack()
+            return
+        self.stats["dispatched"] += 1
+        await self._adapter.pressed(event, acknowledge)
+
+    def press(self, body: dict[str, Any]) -> PlatformEvent | None:
+        """The first button of a `block_actions` payload as a press; None for other payloads
+        (a select menu, a press on a message that is gone)."""
+        actions = body.get("actions") or []
+        action = actions[0] if actions else {}
+        if body.get("type") != "block_actions" or action.get("type") != "button":
+            return None
+        container = body.get("container") or {}
+        message = body.get("message") or {}
+        channel = str((body.get("channel") or {}).get("id") or container.get("channel_id") or "")
+        ts = str(container.get("message_ts") or message.get("ts") or "")
+        if not channel or not ts:
+            return None
+        thread_ts = message.get("thread_ts")
+        return PlatformEvent(
+            kind="button_pressed",
+            platform=PLATFORM,
+            chat_id=channel,
+            user_id=str((body.get("user") or {}).get("id") or ""),
+            message_id=ts,
+            thread_id=str(thread_ts) if thread_ts and thread_ts != ts else None,
+            event_id=f"action:{action.get('action_ts') or body.get('trigger_id') or ''}",
+            action_id=str(action.get("action_id") or ""),
+            raw=body,
+        )
 
     async def _record_then_ack(self, accept: Awaitable[None], ack: AsyncAck) -> None:
         """Acknowledge once the event reached the runtime, so Slack redelivers anything a

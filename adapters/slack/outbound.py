@@ -21,13 +21,13 @@ accept the token for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from botweave.adapter import ActionError, ByteLimit, NoIdentity, Outbound, Outcome
 from botweave.files import http_chunks
-from botweave.types import AgentIdentity, OutboundFile
+from botweave.types import AgentIdentity, Button, OutboundFile
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -71,6 +71,22 @@ class SlackOutbound(Outbound):
         inbound message already carries its own ts as `thread_id`), so it is not used.
         """
         return await self._post(chat_id, _mrkdwn(text), thread_id)
+
+    async def send_buttons(
+        self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        """A Block Kit message: the text in section blocks, the buttons in an actions block
+        (each button's id as its `action_id`); `text` stays as the notification fallback."""
+        body = _mrkdwn(text)
+        return await self._post(chat_id, body, thread_id, blocks=blocks_for(body, buttons))
+
+    async def edit_buttons(
+        self, chat_id: str, message_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None
+    ) -> None:
+        """chat.update with new blocks: the text, and the buttons only when there are any."""
+        body = markdown_to_mrkdwn(text)
+        await self._client.chat_update(channel=chat_id, ts=message_id, text=body, blocks=blocks_for(body, buttons))
+        self._posted(chat_id, message_id, thread_id, body)
 
     async def create_thread(self, chat_id: str, name: str, *, message_id: str | None) -> str:
         """Slack has no thread objects: a thread is the replies under a message. So a thread
@@ -245,6 +261,34 @@ def _share_ts(files: list[Any], chat_id: str) -> str | None:
                 if isinstance(share, dict) and share.get("ts"):
                     return str(share["ts"])
     return None
+
+
+#: Block Kit limits: a section's text, a button's label.
+SECTION_MAX = 3000
+LABEL_MAX = 75
+
+
+def blocks_for(body: str, buttons: Sequence[Button]) -> list[dict[str, Any]]:
+    """Sections carrying `body` (mrkdwn, cut at Slack's section limit), then one actions
+    block with the buttons when there are any."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": body[start : start + SECTION_MAX]}}
+        for start in range(0, max(len(body), 1), SECTION_MAX)
+    ]
+    if buttons:
+        elements = []
+        for button in buttons:
+            element: dict[str, Any] = {
+                "type": "button",
+                "text": {"type": "plain_text", "text": button.label[:LABEL_MAX]},
+                "action_id": button.action_id,
+                "value": button.action_id,
+            }
+            if button.style != "default":
+                element["style"] = button.style
+            elements.append(element)
+        blocks.append({"type": "actions", "block_id": "botweave-buttons", "elements": elements})
+    return blocks
 
 
 def _mrkdwn(text: str) -> str:

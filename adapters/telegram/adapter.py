@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from botweave.adapter import Adapter, Check, PlatformRejected
-from botweave.types import BotUser, PlatformCapabilities
+from botweave.types import BotUser, PlatformCapabilities, PressAnswer
 from telegram import Update
 from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, TypeHandler
@@ -117,12 +117,21 @@ class TelegramAdapter(Adapter):
         threads=True,
         typing=True,
         markdown="telegram",
+        buttons=True,
         edit_floor_ms=1100,
         group_edit_floor_ms=3100,
     )
     # Telegram never tells bots about ordinary deletions, so message_deleted is absent.
     emits = frozenset(
-        {"reaction_added", "reaction_removed", "message_edited", "member_joined", "member_left", "thread_created"}
+        {
+            "reaction_added",
+            "reaction_removed",
+            "message_edited",
+            "member_joined",
+            "member_left",
+            "thread_created",
+            "button_pressed",
+        }
     )
     typing_interval_s = 4.0
 
@@ -131,7 +140,7 @@ class TelegramAdapter(Adapter):
         super().__init__(settings)
         self.config: TelegramConfig = settings
         self.outbound: TelegramOutbound | None = None
-        self.inbound = TelegramInbound(self, on_callback_query=self._answer_callback)
+        self.inbound = TelegramInbound(self, answer_callback=self._answer_callback)
         #: Set when the adapter gave up (e.g. another instance polls with the same token).
         self.failure: str | None = None
         self._application: Application | None = None
@@ -294,17 +303,15 @@ class TelegramAdapter(Adapter):
             raise RuntimeError("the Telegram adapter is stopping")
         await self.inbound.process_webhook_update(application, update)
 
-    def _answer_callback(self, query_id: str) -> None:
-        """Stop the button's spinner (in the background); the agent's answer arrives as a
-        normal message."""
-
-        async def answer() -> None:
-            try:
-                await self.application.bot.answer_callback_query(query_id)
-            except TelegramError as exc:
-                log.debug("telegram: answerCallbackQuery failed: %s", exc)
-
-        self._background(answer())
+    async def _answer_callback(self, query_id: str, answer: PressAnswer) -> None:
+        """answerCallbackQuery: stops the button's spinner and shows the presser the answer
+        (a toast, or an alert they must dismiss)."""
+        try:
+            await self.application.bot.answer_callback_query(
+                query_id, text=answer.text[:200] or None, show_alert=answer.alert and bool(answer.text)
+            )
+        except TelegramError as exc:
+            log.debug("telegram: answerCallbackQuery failed: %s", exc)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         update_id = update.update_id if isinstance(update, Update) else "?"

@@ -7,14 +7,16 @@ mention, which reply is real, which content may issue commands — can be read i
 `TelegramInbound` is also PTB's one handler. Each update is normalised and dispatched; it
 keeps count of what was handed over, so polling acknowledges an update (by the next offset)
 only once the runtime has it, and a webhook update is answered only when its hand-over ended
-(with an error when it failed, so Telegram redelivers).
+(with an error when it failed, so Telegram redelivers). A button press (a callback query) is a
+`button_pressed` event, answered with answerCallbackQuery carrying what the runtime tells the
+presser.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
@@ -28,6 +30,7 @@ from botweave.types import (
     ChannelType,
     MessageType,
     PlatformEvent,
+    PressAnswer,
     QuotedRef,
 )
 from telegram import (
@@ -370,9 +373,9 @@ class _Handover:
 class TelegramInbound:
     """Normalises updates with the bot's identity and hands them to the adapter's runtime."""
 
-    def __init__(self, adapter: Adapter, *, on_callback_query: Callable[[str], None]) -> None:
+    def __init__(self, adapter: Adapter, *, answer_callback: Callable[[str, PressAnswer], Awaitable[None]]) -> None:
         self._adapter = adapter
-        self._on_callback_query = on_callback_query  # stops the button's spinner
+        self._answer_callback = answer_callback  # answerCallbackQuery: stops the button's spinner
         self._unhanded: set[int] = set()  # fetched update ids not yet handed to the runtime
         self._all_handed = asyncio.Event()
         self._handovers: dict[int, _Handover] = {}  # id(update) → outcome, for webhook updates
@@ -444,28 +447,24 @@ class TelegramInbound:
             platform=PLATFORM,
         )
 
-    def callback(self, update: Update) -> BotMessage | None:
-        """An inline-button press: a direct human action, delivered as a `callback` turn."""
+    def press(self, update: Update) -> PlatformEvent | None:
+        """An inline-button press on one of our messages: a `button_pressed` event whose
+        action is the button's `callback_data`. None for what carries no data or no message
+        we can name (a game button, an inline-mode message)."""
         query = update.callback_query
-        if query is None or query.data is None or not isinstance(query.message, Message):
+        if query is None or query.data is None or query.message is None:
             return None
         origin = query.message
-        return BotMessage(
-            message_id=f"cb:{query.id}",
-            content={"text": query.data, "data": query.data},
-            sender=user_of(query.from_user),
-            channel=channel_of(origin.chat),
-            message_type=MessageType.CALLBACK,
-            reply_to=str(origin.message_id),
-            thread_id=thread_of(origin),
-            metadata={
-                META_MENTIONS_BOT: False,
-                META_REPLY_TO_BOT: self._is_me(origin.from_user),
-                META_SCOPE: str(origin.chat.id),
-                "callback_query_id": query.id,
-            },
-            allow_control=not query.from_user.is_bot,
+        thread_id = thread_of(origin) if isinstance(origin, Message) else None
+        return PlatformEvent(
+            kind="button_pressed",
             platform=PLATFORM,
+            chat_id=str(origin.chat.id),
+            user_id=str(query.from_user.id),
+            message_id=str(origin.message_id),
+            thread_id=thread_id,
+            event_id=f"cb:{query.id}",
+            action_id=query.data,
         )
 
     def normalise(self, update: Update) -> list[BotMessage | PlatformEvent]:
@@ -478,7 +477,7 @@ class TelegramInbound:
                 items.append(turn)
             return items
         if update.callback_query is not None:
-            return [m for m in (self.callback(update),) if m is not None]
+            return [m for m in (self.press(update),) if m is not None]
         if update.message_reaction is not None:
             return list(reaction_events(update))
         found: Iterable[PlatformEvent | None] = (edit_event(update), membership_event(update))
@@ -535,8 +534,10 @@ class TelegramInbound:
             if strict:
                 raise RuntimeError("the Telegram adapter is not logged in")
             return
-        if update.callback_query is not None:
-            self._on_callback_query(update.callback_query.id)
+        query = update.callback_query
+        if query is not None:
+            await self._pressed(query.id, update, strict=strict)
+            return
         try:
             items = self.normalise(update)
         except Exception:
@@ -545,3 +546,22 @@ class TelegramInbound:
         for item in items:
             if not await self._adapter.dispatch(item) and strict:
                 raise RuntimeError("the runtime did not accept the update")
+
+    async def _pressed(self, query_id: str, update: Update, *, strict: bool) -> None:
+        """A press is answered (answerCallbackQuery, with what the runtime tells the presser)
+        and dispatched; one that names nothing we can use is only answered, so its spinner
+        stops."""
+        try:
+            event = self.press(update)
+        except Exception:
+            log.exception("telegram: skipped a button press that could not be read")
+            event = None
+
+        async def acknowledge(answer: PressAnswer) -> None:
+            await self._answer_callback(query_id, answer)
+
+        if event is None:
+            await acknowledge(PressAnswer())
+            return
+        if not await self._adapter.pressed(event, acknowledge) and strict:
+            raise RuntimeError("the runtime did not accept the update")

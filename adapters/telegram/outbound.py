@@ -13,13 +13,21 @@ and nowhere else.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from botweave.adapter import ActionError, ByteLimit, FileTooLarge, Outbound, Outcome
 from botweave.files import http_chunks
-from botweave.types import ActionStatus, OutboundFile
-from telegram import Bot, MessageEntity, ReactionTypeCustomEmoji, ReactionTypeEmoji, ReplyParameters
+from botweave.types import ActionStatus, Button, OutboundFile
+from telegram import (
+    Bot,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    MessageEntity,
+    ReactionTypeCustomEmoji,
+    ReactionTypeEmoji,
+    ReplyParameters,
+)
 from telegram.constants import ReactionEmoji
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
@@ -92,6 +100,18 @@ class TelegramOutbound(Outbound):
 
     async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
         """Post one chunk; rendered markdown first, plain text if Telegram rejects the entities."""
+        return await self._post(chat_id, text, thread_id=thread_id, reply_to=reply_to, markup=None)
+
+    async def send_buttons(
+        self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None
+    ) -> str:
+        """A message with an inline keyboard: one row of buttons, each button's id as its
+        `callback_data` (which Telegram limits to 64 bytes)."""
+        return await self._post(chat_id, text, thread_id=thread_id, reply_to=reply_to, markup=keyboard(buttons))
+
+    async def _post(
+        self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None, markup: InlineKeyboardMarkup | None
+    ) -> str:
         formatted = Formatted(text, self.bot)
         reply_id = _as_int(reply_to)
         reply = ReplyParameters(message_id=reply_id, allow_sending_without_reply=True) if reply_id else None
@@ -104,6 +124,7 @@ class TelegramOutbound(Outbound):
                     entities=entities,
                     message_thread_id=_as_int(thread_id),
                     reply_parameters=reply,
+                    reply_markup=markup,
                 )
             )
 
@@ -164,14 +185,23 @@ class TelegramOutbound(Outbound):
             yield chunk
 
     async def edit(self, chat_id: str, message_id: str, text: str, *, thread_id: str | None) -> None:
-        """Replace a message's text; 'not modified' counts as success (the text is there)."""
+        """Replace a message's text; 'not modified' counts as success (the text is there).
+        Telegram drops an inline keyboard that an edit does not repeat."""
+        await self._edit(chat_id, message_id, text, None)
+
+    async def edit_buttons(
+        self, chat_id: str, message_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None
+    ) -> None:
+        await self._edit(chat_id, message_id, text, keyboard(buttons) if buttons else None)
+
+    async def _edit(self, chat_id: str, message_id: str, text: str, markup: InlineKeyboardMarkup | None) -> None:
         number = _message_number(message_id, "edit")
         formatted = Formatted(text, self.bot)
 
         async def change(target: str) -> Any:
             return await formatted.apply(
                 lambda body, entities: self.bot.edit_message_text(
-                    chat_id=_as_chat(target), message_id=number, text=body, entities=entities
+                    chat_id=_as_chat(target), message_id=number, text=body, entities=entities, reply_markup=markup
                 )
             )
 
@@ -236,6 +266,11 @@ class TelegramOutbound(Outbound):
         if action == "send" and transient(exc) and not surely_unsent(exc):
             return "failed", f"send: outcome unknown ({exc.message})"
         return status_for(exc), f"{action}: {exc.message}"
+
+
+def keyboard(buttons: Sequence[Button]) -> InlineKeyboardMarkup:
+    """One row of callback buttons (Telegram shows no colours, so `style` is not drawn)."""
+    return InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.action_id) for b in buttons]])
 
 
 def upload_method(file: OutboundFile) -> str:

@@ -255,15 +255,16 @@ async def test_forwarded_and_bot_content_cannot_control(tg):
     assert human.allow_control is True
 
 
-async def test_callback_button_press_is_a_callback_turn_and_answered(tg):
+async def test_callback_button_press_is_a_button_pressed_event_and_answered(tg):
     emu, _, received = tg
     chat = emu.private_chat(ANN)
     ours = emu.message(chat, emu.bot, "pick one")
     emu.push("callback_query", {"id": "cbq-1", "from": ANN, "chat_instance": "ci", "data": "option_a", "message": ours})
     await received.wait()
-    msg = received.messages()[-1]
-    assert msg.message_type == MessageType.CALLBACK and msg.text == "option_a"
-    assert msg.reply_to == str(ours["message_id"]) and msg.channel.channel_id == "1"
+    event = received.events()[-1]
+    assert event.kind == "button_pressed" and event.action_id == "option_a"
+    assert event.message_id == str(ours["message_id"]) and event.chat_id == "1"
+    assert event.user_id == str(ANN["id"]) and event.event_id == "cb:cbq-1"
     await wait_until(lambda: emu.calls_to("answerCallbackQuery"), what="answerCallbackQuery")
     assert emu.calls_to("answerCallbackQuery")[0].params["callback_query_id"] == "cbq-1"
 

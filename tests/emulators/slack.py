@@ -230,7 +230,8 @@ class SlackEmulator:
         self.channel_names[channel_id] = name or ("directmessage" if kind == "im" else channel_id.lower())
 
     def next_ts(self) -> str:
-        return f"{1_700_000_000 + next(self._ts)}.{next(self._ts):06d}"
+        """Like Slack's: the current Unix time, made unique (and increasing) by its fraction."""
+        return f"{int(time.time())}.{next(self._ts):06d}"
 
     def find(self, channel: str, ts: str) -> dict[str, Any] | None:
         return next((m for m in self.messages.get(channel, []) if m["ts"] == ts), None)
