@@ -39,6 +39,7 @@ from botweave.files import send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.metrics import INBOUND, QUEUE_DEPTH
+from botweave.model_client import ModelCallExecutor
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl, pairing_hint
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
@@ -501,6 +502,7 @@ class App:
     async def _serve(self, platforms: Iterable[str] | None, stop: asyncio.Event) -> int:
         # litellm takes seconds to import: done off the loop while the platforms connect, so
         # the first turn does not stall every other conversation for it.
+        asyncio.get_running_loop().set_default_executor(ModelCallExecutor(thread_name_prefix="botweave"))
         loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if self.role != "ingress" else None
         try:
             await self.start(platforms)

@@ -256,3 +256,40 @@ def test_httpx_still_keeps_the_cookies_a_response_sets():
     assert not jar
     jar.extract_cookies(httpx.Response(200, request=request, headers={"Set-Cookie": "session=abc; Path=/"}))
     assert jar.get("session") == "abc"
+
+
+async def test_openai_requests_are_prepared_on_the_loop_and_other_work_still_in_threads(llm):
+    import contextvars
+    import functools
+    import threading
+
+    import litellm.main
+    from botweave.model_client import ModelCallExecutor, _openai_preparation
+
+    def as_litellm_hands_it_over(model: str) -> functools.partial[Any]:
+        return functools.partial(contextvars.copy_context().run, functools.partial(litellm.main.completion, model=model))
+
+    assert _openai_preparation(as_litellm_hands_it_over("openai/gpt-4o"))
+    assert not _openai_preparation(as_litellm_hands_it_over("vertex_ai/gemini-pro"))  # may fetch a token
+    assert not _openai_preparation(functools.partial(print, "unrelated"))
+
+    prepared: list[int] = []
+
+    class Watched(ModelCallExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if _openai_preparation(fn):
+                prepared.append(threading.get_ident())
+            return super().submit(fn, *args, **kwargs)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    executor = Watched()
+    loop.set_default_executor(executor)
+    try:
+        assert await agent_for(llm).complete([], "hi") == "Priced answer."
+        assert prepared == [threading.get_ident()], "litellm's preparation was handed over and ran right here"
+        assert await asyncio.to_thread(threading.get_ident) != threading.get_ident()
+    finally:
+        loop.set_default_executor(ThreadPoolExecutor())
+        executor.shutdown(wait=False)
