@@ -46,10 +46,13 @@ exchange each (so per-user lookups and connections are made before the clock sta
 gets its whole burst at once: message 1 of every chat, then message 2 of every chat, and so
 on. The reference and botweave take turns going first from one repetition to the next. botweave's Telegram
 `requests_per_second` is raised (`--telegram-rps`): the emulator stands for a self-hosted Bot
-API server, and the hand-written bots do not pace at all.
+API server, and the hand-written bots do not pace at all. botweave keeps its state in
+`memory://` unless `--store sqlite` gives it the SQLite file `botweave run` uses when bot.yaml
+names no store (a fresh file per started bot); either way every reply chunk goes through the
+durable outbox (an intent before the send, a confirmation after it).
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
-                          [--chats 200] [--messages 5] [--repeat N] [--quick] [--profile]
+                          [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite] [--quick] [--profile]
 """
 
 from __future__ import annotations
