@@ -46,10 +46,13 @@ exchange each (so per-user lookups and connections are made before the clock sta
 gets its whole burst at once: message 1 of every chat, then message 2 of every chat, and so
 on. The reference and botweave take turns going first from one repetition to the next. botweave's Telegram
 `requests_per_second` is raised (`--telegram-rps`): the emulator stands for a self-hosted Bot
-API server, and the hand-written bots do not pace at all.
+API server, and the hand-written bots do not pace at all. botweave keeps its state in
+`memory://` unless `--store sqlite` gives it the SQLite file `botweave run` uses when bot.yaml
+names no store (a fresh file per started bot); either way every reply chunk goes through the
+durable outbox (an intent before the send, a confirmation after it).
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
-                          [--chats 200] [--messages 5] [--repeat N] [--quick] [--profile]
+                          [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite] [--quick] [--profile]
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
 import shlex
@@ -128,6 +132,7 @@ class Settings:
     botweave: list[str]
     logs: Path
     profile: bool = False
+    store: str = "memory"
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -332,7 +337,13 @@ def botweave_env() -> dict[str, str]:
     return env
 
 
-def write_botweave_config(path: Path, world: World, model_url: str, streaming: bool) -> Path:
+def store_url(store: str, path: Path) -> str:
+    """`memory` keeps state in the bot's process; `sqlite` is the file `botweave run` uses
+    when bot.yaml names no store (here one per run, next to the run's config)."""
+    return "memory://" if store == "memory" else f"sqlite:///{path.with_suffix('.db')}"
+
+
+def write_botweave_config(path: Path, world: World, model_url: str, streaming: bool, store: str) -> Path:
     config = {
         "bot": {"unknown_user_policy": "allow", "streaming": streaming},
         "agents": {
@@ -345,7 +356,7 @@ def write_botweave_config(path: Path, world: World, model_url: str, streaming: b
             }
         },
         "platforms": world.botweave_section(),
-        "store": {"url": "memory://"},
+        "store": {"url": store_url(store, path)},
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -636,6 +647,9 @@ def case_contestants(platform: str, case: str) -> list[str]:
     return ["botweave", reference]
 
 
+_configs = itertools.count(1)  # a config (and SQLite file) per started bot: no run inherits a database
+
+
 async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer) -> Contestant:
     """Start an emulator of its own for one contestant, and the contestant against it."""
     world = make_world(platform, settings)
@@ -643,7 +657,8 @@ async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer
     log = settings.logs / f"{platform}-{kind}.log"
     if kind.startswith("botweave"):
         config = write_botweave_config(
-            settings.logs / f"{platform}-{kind}.yaml", world, model.base_url, kind == "botweave_streaming"
+            settings.logs / f"{platform}-{kind}-{next(_configs)}.yaml", world, model.base_url,
+            kind == "botweave_streaming", settings.store,
         )
         contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
         contestant.spawn(botweave_env(), settings.logs)
@@ -924,10 +939,12 @@ async def main(args: argparse.Namespace) -> int:
         botweave=botweave_command(args.botweave),
         logs=logs,
         profile=args.profile,
+        store=args.store,
     )
     print(
         f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}), "
-        f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores; "
+        f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores, "
+        f"botweave store {settings.store}; "
         f"botweave runs with {ROOT} first on PYTHONPATH; logs in {logs}; load average {load_average()}",
         flush=True,
     )
@@ -977,6 +994,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--idle-timeout", type=float, default=30.0, help="give up on a run after this long without progress")
     parser.add_argument("--botweave", help="command that runs botweave (default: the installed `botweave`)")
+    parser.add_argument(
+        "--store", choices=("memory", "sqlite"), default="memory",
+        help="botweave's store: memory:// (default), or the SQLite file `botweave run` uses when bot.yaml names none",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the contestants' logs and configs")
     parser.add_argument(
         "--profile", action="store_true",

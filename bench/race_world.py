@@ -518,16 +518,24 @@ class RaceModel(OpenAIEmulator):
                 }
             )
         self.streams += 1
+        # Like the API: with `stream_options.include_usage` every chunk carries `usage: null`
+        # and one more chunk, with no choices, carries the counts.
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        await response.write(self._chunk(model, {"role": "assistant", "content": ""}, None))
+        await response.write(self._chunk(model, {"role": "assistant", "content": ""}, None, usage_field=with_usage))
         step = delay / len(chunks)
         started = time.monotonic()
         for index, piece in enumerate(chunks, 1):
             if step > 0:
                 await asyncio.sleep(max(0.0, started + step * index - time.monotonic()))
-            await response.write(self._chunk(model, {"content": piece}, None))
-        await response.write(self._chunk(model, {}, "stop"))
+            await response.write(self._chunk(model, {"content": piece}, None, usage_field=with_usage))
+        await response.write(self._chunk(model, {}, "stop", usage_field=with_usage))
+        if with_usage:
+            usage = {"prompt_tokens": 20, "completion_tokens": len(chunks), "total_tokens": 20 + len(chunks)}
+            final = {"id": "chatcmpl-race", "object": "chat.completion.chunk", "created": int(time.time()),
+                     "model": model, "choices": [], "usage": usage}
+            await response.write(f"data: {json.dumps(final)}\n\n".encode())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -21,6 +21,7 @@ from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
+from botweave.model_client import direct_chunks, quiet
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
@@ -30,13 +31,15 @@ log = logging.getLogger(__name__)
 
 @cache
 def litellm_module() -> Any:
-    """Import litellm once, offline-safe, with the offline model registered."""
+    """Import litellm once, offline-safe, with the offline model registered and without the
+    per-call pricing and logging nobody here reads (see model_client)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
     from botweave.offline_model import register
 
     litellm.suppress_debug_info = True
     register(litellm)
+    quiet(litellm)
     return litellm
 
 
@@ -432,7 +435,7 @@ class Agent:
             tokens = (0, 0)
             try:
                 response = await litellm.acompletion(**request)
-                async for chunk in response:
+                async for chunk in direct_chunks(litellm, response) or response:
                     tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
                     delta = chunk.choices[0].delta if chunk.choices else None
                     if delta is None:

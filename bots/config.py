@@ -149,6 +149,19 @@ class UserRateLimit(Section):
     per_seconds: Annotated[float, Field(gt=0)]
 
 
+class TypingConfig(Section):
+    """When the typing indicator shows.
+
+    `auto` shows it only for a turn still running after `delay_ms`: a quick answer needs no
+    indicator (the answer itself arrives before a person would notice one), and skipping it
+    saves a platform call per turn. `instant` shows it as soon as a turn starts; `never`
+    never shows it. Either way it is renewed while the turn runs.
+    """
+
+    mode: Literal["auto", "instant", "never"] = "auto"
+    delay_ms: Annotated[int, Field(ge=0)] = 1000
+
+
 class BotConfig(Section):
     """Behaviour shared by all platforms; each platform may override any field."""
 
@@ -159,6 +172,7 @@ class BotConfig(Section):
     group_policy: Literal["respond_all", "mention_only", "command_only", "observe"] = "mention_only"
     streaming: bool = False
     stream_edit_interval_ms: Annotated[int, Field(ge=0)] = 700
+    typing: TypingConfig = Field(default_factory=TypingConfig)
     footer: bool = False
     allow_silence: bool = False
     silence_token: Optional[str] = None

@@ -472,6 +472,8 @@ class ReplyChannel:
     adapter: Adapter
     origin: BotMessage
     config: BotConfig
+    #: The reply being streamed, once `stream_text` started it (its edits show the bot at work).
+    stream: StreamingReply | None = field(default=None, init=False)
     #: The messages of an earlier answer to the same message (it was edited): this reply is
     #: written into them where the platform can edit, and replaces them where it cannot.
     replacing: list[str] = field(default_factory=list)
@@ -607,7 +609,7 @@ class ReplyChannel:
     ) -> Delivered:
         """Stream a reply by editing; the streamed message becomes the final reply. `tools`
         is read once the stream ended (a turn learns which tools it used as it goes)."""
-        stream = self.streaming_reply()
+        stream = self.stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
         self.partial = ""

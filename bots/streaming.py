@@ -36,6 +36,11 @@ class StreamingReply:
     _shown: list[str] = field(default_factory=list)  # text currently visible in each message
     _last_write: float = float("-inf")
 
+    @property
+    def last_write(self) -> float:
+        """When the stream last changed what people see (`clock` time; -inf before its first post)."""
+        return self._last_write
+
     def adopt(self, message_ids: list[str]) -> None:
         """Write into these messages (an earlier answer's) before posting new ones; those the
         final text does not need are deleted when it is finished."""

@@ -11,9 +11,10 @@ A streamed reply is on screen before it is complete, so it commits its history a
 last edit; a re-run edits the same messages (the outbox remembers them).
 
 A model failure becomes a short apology and a logged error, never a crashed bot; the typing
-indicator is renewed for as long as the turn runs. The agent reads what the media step made
-of the message's files when there were any (images as content parts), and history keeps
-their compact markers; images the model returns follow its words as files.
+indicator shows for a turn that takes a while (see `TypingIndicator`) and is renewed for as
+long as it runs. The agent reads what the media step made of the message's files when there
+were any (images as content parts), and history keeps their compact markers; images the
+model returns follow its words as files.
 However it ends, a turn is reported once: one INFO line with what an operator asks first
 (which conversation, agent and model, how it ended, how long it took, how many tokens it
 used) and the turn metrics.
@@ -22,7 +23,6 @@ used) and the turn metrics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -118,17 +118,94 @@ def reply_record(reply: ReplyChannel) -> str:
     return f"reply:{reply.key('reply')}"
 
 
-async def keep_typing(reply: ReplyChannel) -> None:
-    adapter = reply.adapter
-    if not adapter.capabilities.typing:
-        return
-    with contextlib.suppress(asyncio.CancelledError):
-        while True:
+#: How long a finished turn waits for a typing call already on its way: the turn is over
+#: only once the platform has it (a caller may start the next turn of the chat right away),
+#: but a slow call never holds a turn back for long.
+TYPING_SETTLE_S = 1.0
+
+_typing_calls: set[asyncio.Task[None]] = set()  # running indicators, kept alive until they end
+
+
+class TypingIndicator:
+    """The typing indicator of one turn, as the platform's `typing` settings say.
+
+    In `auto` mode nothing happens until the turn has run for `delay_ms`, and a turn that ends
+    sooner costs only a timer: most answers arrive before a person would miss an indicator,
+    and each indicator is a platform call. Once shown, it is renewed every
+    `adapter.typing_interval_s` until `stop`.
+
+    A streamed reply that is being written shows the bot at work by itself: no indicator is
+    sent while the stream wrote within the last `typing_interval_s` (the indicator fills the
+    silences, such as tool calls between two streamed passages).
+
+    A call once started is never cancelled: cancelling an HTTP request in flight can cost its
+    pooled connection (some clients even lose track of it), so `stop` only keeps new calls from
+    starting and lets the one in flight finish.
+    """
+
+    def __init__(self, reply: ReplyChannel) -> None:
+        self._reply = reply
+        self._adapter = reply.adapter
+        self._chat_id = reply.chat_id
+        self._thread_id = reply.origin.thread_id
+        self._settings = reply.config.typing
+        self._stopped = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._pause: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._settings.mode == "never" or not self._adapter.capabilities.typing:
+            return
+        delay = self._settings.delay_ms / 1000 if self._settings.mode == "auto" else 0.0
+        if delay > 0:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
+        else:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._timer = None
+        if self._stopped:
+            return
+        task = spawn(self._keep(), name="typing indicator")
+        self._task = task
+        _typing_calls.add(task)
+        task.add_done_callback(_typing_calls.discard)
+
+    async def _keep(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self._adapter.typing_interval_s
+        while not self._stopped:
+            stream = self._reply.stream
+            quiet_for = time.monotonic() - stream.last_write if stream is not None else interval
+            if quiet_for >= interval:
+                await self._adapter.typing(self._chat_id, thread_id=self._thread_id)  # never raises
+                if self._stopped:
+                    return
+                quiet_for = 0.0
+            pause = self._pause = loop.create_future()
+            wake = loop.call_later(interval - quiet_for, _resolve, pause)
             try:
-                await adapter.typing(reply.chat_id, thread_id=reply.origin.thread_id)
-            except Exception:
-                log.debug("typing indicator failed", exc_info=True)
-            await asyncio.sleep(adapter.typing_interval_s)
+                await pause
+            finally:
+                wake.cancel()
+
+    async def stop(self) -> None:
+        """No further calls; a call in flight finishes (the turn waits up to TYPING_SETTLE_S)."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pause is not None:
+            _resolve(self._pause)
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=TYPING_SETTLE_S)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class AgentTurn:
@@ -195,7 +272,8 @@ class AgentTurn:
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
         tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals))
-        typing = spawn(keep_typing(reply), name="typing indicator")
+        typing = TypingIndicator(reply)
+        typing.start()
         try:
             if reply.can_stream():
                 delivered = await reply.stream_text(
@@ -237,7 +315,7 @@ class AgentTurn:
             apology = await reply.send_text(APOLOGY, purpose="apology")
             return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))
         finally:
-            typing.cancel()
+            await typing.stop()
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered, history_item=item)
         await self._finished(msg, agent, delivered, time.monotonic() - started)

@@ -260,7 +260,7 @@ async def test_llm_failure_becomes_an_apology_and_the_bot_keeps_working(caplog):
 
 
 async def test_typing_is_shown_while_a_turn_runs():
-    app, adapter = await make_app(RecordingAdapter(send_delay=0.12))
+    app, adapter = await make_app(RecordingAdapter(send_delay=0.12), typing={"mode": "instant"})
     await app.handle(message("hi"))
     assert adapter.typings >= 2
 

@@ -251,6 +251,24 @@ async def test_redis_capped_set_places_free_up_when_keys_expire(redis_url):
         await store.close()
 
 
+async def test_many_operations_at_once_each_land_and_one_failure_stays_its_own(store):
+    """A burst of writes from many conversations at once (the SQLite file runs what queued up
+    in one transaction): every one lands and reads back, and an operation that fails fails
+    alone. (Order across concurrent calls is not promised: Redis spreads them over several
+    connections.)"""
+    await store.set("not-a-number", "abc")
+    writes = [store.set(f"k{n}", str(n)) for n in range(100)]
+    appends = [store.list_append("ordered", str(n)) for n in range(50)]
+    outcomes = await asyncio.gather(*writes[:50], store.incr("not-a-number"), *writes[50:], *appends, return_exceptions=True)
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failures) == 1 and not isinstance(failures[0], StoreOutage)
+    assert [await store.get(f"k{n}") for n in range(100)] == [str(n) for n in range(100)]
+    assert sorted(await store.list_range("ordered"), key=int) == [str(n) for n in range(50)]
+    assert await store.get("not-a-number") == "abc"
+    committed = await asyncio.gather(*(store.commit("turn:same", [Append("h", (str(n),))]) for n in range(10)))
+    assert committed.count(True) == 1 and await store.list_range("h") in ([str(n)] for n in range(10))
+
+
 def test_sqlite_urls_name_relative_and_absolute_files(tmp_path):
     assert sqlite_path("sqlite:///state/bot.db", tmp_path) == tmp_path / "state" / "bot.db"
     assert sqlite_path("sqlite:////var/lib/bot.db", tmp_path).as_posix() == "/var/lib/bot.db"

@@ -8,7 +8,8 @@ listeners and acknowledges within Slack's 3 seconds; it hands every event to
 `inbound.SlackInbound`, which hands each post on once however often Slack delivers it.
 Sending goes through slack_sdk's `AsyncWebClient` (`outbound.SlackOutbound`), whose
 `AsyncRateLimitErrorRetryHandler` waits out `Retry-After` on HTTP 429. This module builds the
-clients, logs in and runs the chosen receiving mode.
+clients, logs in and runs the chosen receiving mode. The clients share one aiohttp session:
+without one, slack_sdk opens a session, and a new connection, for every Web API call.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import aiohttp
 from aiohttp import ClientConnectorError, web
 from botweave.adapter import Adapter, Check, PlatformRejected
 from botweave.ingress import IngressGuard
@@ -52,6 +54,8 @@ DEFAULT_API_BASE = "https://slack.com/api/"
 SOCKET_CONNECT_TIMEOUT_S = 30.0
 RATE_LIMIT_RETRIES = 3
 API_TIMEOUT_S = 30
+#: Connections kept to the Web API; calls beyond it wait for a free one, first come first served.
+POOL_SIZE = 64
 
 
 class CountedRateLimitRetries(AsyncRateLimitErrorRetryHandler):
@@ -102,6 +106,7 @@ class SlackAdapter(Adapter):
         self._bolt: AsyncApp | None = None
         self._socket: AsyncSocketModeHandler | None = None
         self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
         self.http_port: int | None = None  # the port the Events API endpoint listens on
         #: Client attribution and the limit on failed signature checks (HTTP mode).
         self.ingress = IngressGuard("slack: events endpoint", self.config.trusted_proxies)
@@ -117,6 +122,9 @@ class SlackAdapter(Adapter):
         A send-only instance (a worker answering from the shared stream) opens no Socket Mode
         connection and no HTTP port: one receiving instance per app is what Slack expects.
         """
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_S), connector=aiohttp.TCPConnector(limit=POOL_SIZE)
+        )
         client = self._web_client("default")
         bot_id = await self._login(client)
         directory = SlackDirectory(self._web_client("lookup"))
@@ -145,6 +153,9 @@ class SlackAdapter(Adapter):
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     # --- health --------------------------------------------------------------------------
 
@@ -216,6 +227,7 @@ class SlackAdapter(Adapter):
             base_url=base_url if base_url.endswith("/") else base_url + "/",
             timeout=API_TIMEOUT_S,
             retry_handlers=handlers,
+            session=self._session,
         )
 
     async def _login(self, client: AsyncWebClient) -> str | None:

@@ -29,13 +29,13 @@ from botweave.types import BotUser, PlatformCapabilities, PressAnswer
 from telegram import Update
 from telegram.error import Conflict, InvalidToken, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, ExtBot, TypeHandler
-from telegram.request import HTTPXRequest
 
 from .client import PerChatUpdateProcessor, TolerantBot
 from .config import TelegramConfig
 from .inbound import HANDOVER_TIMEOUT_S, TelegramInbound
 from .outbound import TelegramOutbound
 from .pacing import Pacer
+from .transport import AiohttpRequest
 from .webhook import WebhookServer
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,12 @@ ALLOWED_UPDATES = (
     "callback_query",
 )
 
-# The bot is built here (not by ApplicationBuilder), so its HTTP pools are set here: enough
-# connections that chats never queue behind each other within Telegram's ~30 requests/s
-# budget, and exactly one for the long poll. PTB handles one update at a time unless told
-# otherwise; updates of different chats run concurrently (see client.PerChatUpdateProcessor).
+# The bot is built here (not by ApplicationBuilder), so its HTTP transport is chosen here:
+# aiohttp (transport.py) rather than PTB's httpx default, whose pool rescans every waiting
+# call on each start and end of a call. Enough connections that chats never queue behind each
+# other within Telegram's ~30 requests/s budget, and exactly one for the long poll. PTB handles
+# one update at a time unless told otherwise; updates of different chats run concurrently
+# (see client.PerChatUpdateProcessor).
 SEND_POOL_SIZE = 32
 CONCURRENT_UPDATES = 64
 #: Ports Telegram delivers webhooks to.
@@ -85,7 +87,7 @@ class _TokenRedactor(logging.Filter):
 def _redacted_loggers() -> list[str]:
     """Loggers that may print a URL: httpx, and python-telegram-bot's (filters are per logger,
     not inherited, so each known one is covered by name)."""
-    known = {"httpx", "telegram.Bot", "telegram.ext.ExtBot", "telegram.ext.Updater", "telegram.ext.Application"}
+    known = {"httpx", "aiohttp.client", "telegram.Bot", "telegram.ext.ExtBot", "telegram.ext.Updater", "telegram.ext.Application"}
     known.update(name for name in logging.Logger.manager.loggerDict if name.startswith("telegram"))
     return sorted(known)
 
@@ -180,10 +182,8 @@ class TelegramAdapter(Adapter):
             base_file_url=self.config.file_base_url or _file_base(api_base),
             # A send whose answer never came may have been delivered and is not retried, so give
             # slow answers time rather than turning them into "outcome unknown".
-            request=HTTPXRequest(
-                connection_pool_size=SEND_POOL_SIZE, pool_timeout=10.0, read_timeout=15.0, write_timeout=15.0
-            ),
-            get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=10.0),
+            request=AiohttpRequest(SEND_POOL_SIZE, pool_timeout=10.0, read_timeout=15.0, write_timeout=15.0),
+            get_updates_request=AiohttpRequest(1, read_timeout=10.0),
             polled=self._polled,
             before_poll=self.inbound.handed_over,
         )
@@ -379,7 +379,7 @@ class TelegramAdapter(Adapter):
         about the webhook it has on record)."""
         token = self.secret("token")
         api_base = self.config.api_base_url or DEFAULT_API_BASE
-        bot: ExtBot[None] = ExtBot(token, base_url=api_base, request=HTTPXRequest(connect_timeout=5.0, read_timeout=10.0))
+        bot: ExtBot[None] = ExtBot(token, base_url=api_base, request=AiohttpRequest(1, connect_timeout=5.0, read_timeout=10.0))
         checks: list[Check] = []
         try:
             await bot.initialize()  # getMe

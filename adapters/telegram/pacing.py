@@ -25,6 +25,8 @@ import httpx
 from botweave.metrics import RATE_LIMIT_WAIT
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 
+from .transport import never_sent
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -47,9 +49,9 @@ def surely_unsent(exc: TelegramError) -> bool:
         return True
     cause = exc.__cause__
     if isinstance(exc, TimedOut):
-        return isinstance(cause, (httpx.PoolTimeout, httpx.ConnectTimeout))
+        return never_sent(cause) or isinstance(cause, (httpx.PoolTimeout, httpx.ConnectTimeout))
     if isinstance(exc, NetworkError) and not isinstance(exc, BadRequest):
-        return isinstance(cause, httpx.ConnectError)
+        return never_sent(cause) or isinstance(cause, httpx.ConnectError)
     return False
 
 

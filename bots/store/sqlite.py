@@ -1,4 +1,4 @@
-"""The embedded durable store: one SQLite file (aiosqlite, WAL), no server to run.
+"""The embedded durable store: one SQLite file (WAL), no server to run.
 
 It is what `botweave run` and `botweave chat` use unless told otherwise, so history, pairing,
 dedup keys and the inbound journal survive a restart on a single host. Other processes on the
@@ -6,12 +6,19 @@ same host (`botweave pair approve` in a second shell) open the same file and see
 state: WAL lets them read while the bot writes, and a writer that finds the file busy waits
 for it (`busy_timeout`) instead of failing.
 
-Every operation runs as one transaction on this process's single connection; a lock keeps
-two coroutines from interleaving statements of different transactions on it. Writes take the
-write lock up front (`BEGIN IMMEDIATE`), so a read-then-write operation (set-if-absent,
-counters, commits, slots) is atomic across processes too. `synchronous=NORMAL` in WAL mode
-keeps every committed transaction across a crash of the process; only a power loss can take
-back the last few.
+Every operation is one function run on this process's single connection, in a thread of its
+own, so a file that is slow or busy never holds up the event loop. Operations run in the
+order they were asked for. A write takes the write lock up front (`BEGIN IMMEDIATE`), so a
+read-then-write operation (set-if-absent, counters, commits, slots) is atomic across
+processes too.
+
+Operations that queue up while the thread is busy run together, in one transaction with a
+savepoint each: one that fails is rolled back alone, and none is answered before the
+transaction that holds it has committed. A bot answering a few hundred conversations asks for
+thousands of small writes a second (an intent and a confirmation per chunk sent); a
+transaction and a wake-up of the event loop each would cost more than the writes themselves.
+`synchronous=NORMAL` in WAL mode keeps every committed transaction across a crash of the
+process; only a power loss can take back the last few.
 
 Expiry uses the wall clock, since several processes read the same rows.
 """
@@ -20,23 +27,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import sqlite3
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import aiosqlite
 from botweave.store.base import Append, CappedSet, Operation, Put, Remove, Store, StoreOutage, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: How long a write waits for another process's transaction before it counts as an outage.
 BUSY_TIMEOUT_MS = 5000
 #: How often expired keys are swept out of the file (they are ignored until then).
 PURGE_EVERY_S = 600.0
+#: The most operations one transaction carries (a bound on how long the write lock is held).
+MAX_BATCH = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL) WITHOUT ROWID;
@@ -51,6 +63,7 @@ CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires) WHERE expires IS NOT NULL;
 """
 
 Clock = Callable[[], float]
+Db = sqlite3.Connection
 
 
 def sqlite_path(url: str, base: Path | None = None) -> Path:
@@ -66,93 +79,228 @@ def sqlite_path(url: str, base: Path | None = None) -> Path:
     return path
 
 
+@dataclass(slots=True)
+class _Job:
+    run: Callable[[Db], Any]
+    write: bool
+    future: asyncio.Future[Any]
+    outcome: tuple[bool, Any] = field(default=(False, None))  # (failed, result or exception)
+
+
+def _outage(exc: BaseException) -> BaseException:
+    """What a caller sees: a file that cannot be used right now is an outage (the patient
+    store waits it out); anything else is the error it is."""
+    if isinstance(exc, sqlite3.OperationalError):
+        failure = StoreOutage(f"sqlite: {exc}")
+        failure.__cause__ = exc
+        return failure
+    return exc
+
+
+def _settle(jobs: list[_Job]) -> None:
+    """On the event loop: hand each finished job's outcome to whoever still waits for it."""
+    for job in jobs:
+        if job.future.done():
+            continue  # its caller gave up (cancelled); the operation still happened or not as reported
+        failed, value = job.outcome
+        if failed:
+            job.future.set_exception(value)
+        else:
+            job.future.set_result(value)
+
+
+class _Worker:
+    """The thread that owns the connection and runs queued operations, batch by batch."""
+
+    def __init__(self, path: Path, clock: Clock) -> None:
+        self.path = path
+        self.clock = clock
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._main, name=f"botweave-sqlite:{path.name}", daemon=True)
+        self.opened: asyncio.Future[None] | None = None
+        self.closed: asyncio.Future[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.purged_at = 0.0
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.opened = self.loop.create_future()
+        self.closed = self.loop.create_future()
+        self.thread.start()
+        await self.opened
+
+    async def stop(self) -> None:
+        self.jobs.put(None)
+        if self.closed is not None:
+            await asyncio.shield(self.closed)
+
+    def submit(self, run: Callable[[Db], T], write: bool) -> asyncio.Future[T]:
+        assert self.loop is not None
+        future: asyncio.Future[T] = self.loop.create_future()
+        self.jobs.put(_Job(run, write, future))
+        return future
+
+    # --- in the thread ------------------------------------------------------------------
+
+    def _tell(self, future: asyncio.Future[None] | None, error: BaseException | None = None) -> None:
+        assert self.loop is not None and future is not None
+
+        def settle() -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        try:
+            self.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def _open(self) -> Db:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot open the SQLite store at {self.path}: {exc}") from None
+        try:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.executescript(_SCHEMA)
+            self._purge(db)
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreUnavailable(f"cannot use the SQLite store at {self.path}: {exc}") from None
+        return db
+
+    def _main(self) -> None:
+        try:
+            db = self._open()
+        except BaseException as exc:
+            self._tell(self.closed)
+            self._tell(self.opened, exc)
+            return
+        self._tell(self.opened)
+        try:
+            self._serve(db)
+        finally:
+            db.close()
+            self._tell(self.closed)
+
+    def _serve(self, db: Db) -> None:
+        stopping = False
+        while not stopping:
+            first = self.jobs.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._run(db, batch)
+            assert self.loop is not None
+            try:
+                self.loop.call_soon_threadsafe(_settle, batch)
+            except RuntimeError:  # the loop is gone: nobody is waiting any more
+                return
+
+    def _run(self, db: Db, batch: list[_Job]) -> None:
+        """Run the batch in one transaction; each job's outcome lands in `job.outcome`."""
+        write = any(job.write for job in batch) or self._purge_due()
+        alone = len(batch) == 1
+        try:
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            if write and self._purge_due():
+                self._purge(db)
+            for job in batch:
+                if alone:
+                    job.outcome = (False, job.run(db))
+                    continue
+                db.execute("SAVEPOINT op")
+                try:
+                    job.outcome = (False, job.run(db))
+                except Exception as exc:
+                    db.execute("ROLLBACK TO op")
+                    job.outcome = (True, _outage(exc))
+                db.execute("RELEASE op")
+            db.execute("COMMIT")
+        except Exception as exc:
+            if db.in_transaction:
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.debug("rollback failed", exc_info=True)
+            failure = _outage(exc)
+            for job in batch:  # nothing of this transaction holds, whatever a job returned
+                job.outcome = (True, failure)
+
+    def _purge_due(self) -> bool:
+        return self.clock() - self.purged_at > PURGE_EVERY_S
+
+    def _purge(self, db: Db) -> None:
+        now = self.clock()
+        self.purged_at = now
+        db.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (now,))
+        for (key,) in db.execute("SELECT key FROM expiry WHERE expires <= ?", (now,)).fetchall():
+            _drop(db, key)
+
+
+def _drop(db: Db, key: str) -> None:
+    db.execute("DELETE FROM kv WHERE key = ?", (key,))
+    db.execute("DELETE FROM list_items WHERE key = ?", (key,))
+    db.execute("DELETE FROM zset WHERE key = ?", (key,))
+    db.execute("DELETE FROM expiry WHERE key = ?", (key,))
+
+
+def _rows(db: Db, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+    return db.execute(sql, tuple(params)).fetchall()
+
+
 class SQLiteStore(Store):
     def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
         self.path = Path(path)
         self.clock = clock
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
-        self._purged_at = 0.0
+        self._worker: _Worker | None = None
+        self._starting: asyncio.Lock | None = None
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
 
     async def connect(self) -> None:
-        if self._db is not None:
+        if self._worker is not None:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = await aiosqlite.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"cannot open the SQLite store at {self.path}: {exc}") from None
-        try:
-            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await db.execute("PRAGMA journal_mode = WAL")
-            await db.execute("PRAGMA synchronous = NORMAL")
-            await db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            await db.close()
-            raise StoreUnavailable(f"cannot use the SQLite store at {self.path}: {exc}") from None
-        self._db = db
-        await self._purge()
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._worker is not None:
+                return
+            worker = _Worker(self.path, self.clock)
+            await worker.start()
+            self._worker = worker
 
     async def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            await db.close()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await worker.stop()
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _tx(self, write: bool) -> AsyncIterator[aiosqlite.Connection]:
-        """One transaction on the connection, held against every other coroutine's. A read
-        is a single statement, atomic by itself, so it skips BEGIN/COMMIT."""
-        if self._db is None:
+    async def _do(self, run: Callable[[Db], T], *, write: bool) -> T:
+        if self._worker is None:
             await self.connect()
-        db = self._db
-        assert db is not None
-        async with self._lock:
-            try:
-                if write:
-                    await db.execute("BEGIN IMMEDIATE")
-                yield db
-                if write:
-                    await db.execute("COMMIT")
-            except BaseException as exc:
-                if db.in_transaction:
-                    try:
-                        await db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        log.debug("rollback failed", exc_info=True)
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise StoreOutage(f"sqlite: {exc}") from exc
-                raise
+        assert self._worker is not None
+        return await self._worker.submit(run, write)
 
-    async def _rows(self, db: aiosqlite.Connection, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        return list(await db.execute_fetchall(sql, tuple(params)))
-
-    async def _purge(self) -> None:
-        now = self.clock()
-        self._purged_at = now
-        async with self._tx(write=True) as db:
-            await db.execute("DELETE FROM kv WHERE expires IS NOT NULL AND expires <= ?", (now,))
-            stale = [r[0] for r in await self._rows(db, "SELECT key FROM expiry WHERE expires <= ?", (now,))]
-            for key in stale:
-                await self._drop(db, key)
-
-    async def _maybe_purge(self) -> None:
-        if self.clock() - self._purged_at > PURGE_EVERY_S:
-            await self._purge()
-
-    @staticmethod
-    async def _drop(db: aiosqlite.Connection, key: str) -> None:
-        await db.execute("DELETE FROM kv WHERE key = ?", (key,))
-        await db.execute("DELETE FROM list_items WHERE key = ?", (key,))
-        await db.execute("DELETE FROM zset WHERE key = ?", (key,))
-        await db.execute("DELETE FROM expiry WHERE key = ?", (key,))
-
-    async def _live_value(self, db: aiosqlite.Connection, key: str) -> str | None:
-        rows = await self._rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
+    def _live_value(self, db: Db, key: str) -> str | None:
+        rows = _rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
         if not rows:
             return None
         value, expires = rows[0]
@@ -160,58 +308,56 @@ class SQLiteStore(Store):
             return None
         return str(value)
 
-    async def _put(self, db: aiosqlite.Connection, key: str, value: str, ttl: float | None) -> None:
+    def _put(self, db: Db, key: str, value: str, ttl: float | None) -> None:
         expires = None if ttl is None else self.clock() + ttl
-        await db.execute(
+        db.execute(
             "INSERT INTO kv (key, value, expires) VALUES (?, ?, ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires",
             (key, value, expires),
         )
 
-    async def _append(self, db: aiosqlite.Connection, key: str, values: Sequence[str], max_len: int | None) -> None:
-        rows = await self._rows(db, "SELECT MAX(pos) FROM list_items WHERE key = ?", (key,))
+    @staticmethod
+    def _append(db: Db, key: str, values: Sequence[str], max_len: int | None) -> None:
+        rows = _rows(db, "SELECT MAX(pos) FROM list_items WHERE key = ?", (key,))
         last = rows[0][0] if rows and rows[0][0] is not None else 0
-        await db.executemany(
+        db.executemany(
             "INSERT INTO list_items (key, pos, value) VALUES (?, ?, ?)",
             [(key, last + i, value) for i, value in enumerate(values, start=1)],
         )
         if max_len is not None:
             top = last + len(values)
-            await db.execute("DELETE FROM list_items WHERE key = ? AND pos <= ?", (key, top - max_len))
+            db.execute("DELETE FROM list_items WHERE key = ? AND pos <= ?", (key, top - max_len))
 
-    async def _live_holders(self, db: aiosqlite.Connection, key: str) -> set[str]:
-        await db.execute("DELETE FROM zset WHERE key = ? AND score <= ?", (key, self.clock()))
-        return {r[0] for r in await self._rows(db, "SELECT member FROM zset WHERE key = ?", (key,))}
+    def _live_holders(self, db: Db, key: str) -> set[str]:
+        db.execute("DELETE FROM zset WHERE key = ? AND score <= ?", (key, self.clock()))
+        return {r[0] for r in _rows(db, "SELECT member FROM zset WHERE key = ?", (key,))}
 
     # --- the interface -----------------------------------------------------------------------
 
     async def get(self, key: str) -> str | None:
-        async with self._tx(write=False) as db:
-            return await self._live_value(db, key)
+        return await self._do(lambda db: self._live_value(db, key), write=False)
 
     async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
-        await self._maybe_purge()
-        async with self._tx(write=True) as db:
-            await self._put(db, key, value, ttl)
+        await self._do(lambda db: self._put(db, key, value, ttl), write=True)
 
     async def set_if_absent(self, key: str, value: str, *, ttl: float | None = None) -> bool:
-        await self._maybe_purge()
-        async with self._tx(write=True) as db:
-            if await self._live_value(db, key) is not None:
+        def run(db: Db) -> bool:
+            if self._live_value(db, key) is not None:
                 return False
-            await self._put(db, key, value, ttl)
+            self._put(db, key, value, ttl)
             return True
+
+        return await self._do(run, write=True)
 
     async def set_if_absent_capped(
         self, key: str, value: str, *, prefix: str, cap: int, ttl: float | None = None
     ) -> CappedSet:
-        await self._maybe_purge()
-        # One write transaction: BEGIN IMMEDIATE holds the file's write lock from the count to
-        # the insert, so racing processes take their places one after another.
-        async with self._tx(write=True) as db:
-            if await self._live_value(db, key) is not None:
+        # One write transaction (BEGIN IMMEDIATE holds the file's write lock from the count to
+        # the insert), so racing processes take their places one after another.
+        def run(db: Db) -> CappedSet:
+            if self._live_value(db, key) is not None:
                 return "exists"
-            rows = await self._rows(
+            rows = _rows(
                 db,
                 # substr compares exactly (LIKE would ignore case and read % and _ as wildcards)
                 "SELECT COUNT(*) FROM kv WHERE substr(key, 1, ?) = ? AND (expires IS NULL OR expires > ?)",
@@ -219,102 +365,120 @@ class SQLiteStore(Store):
             )
             if int(rows[0][0]) >= cap:
                 return "full"
-            await self._put(db, key, value, ttl)
+            self._put(db, key, value, ttl)
             return "set"
+
+        return await self._do(run, write=True)
 
     async def delete(self, *keys: str) -> None:
         if not keys:
             return
-        async with self._tx(write=True) as db:
+
+        def run(db: Db) -> None:
             for key in keys:
-                await self._drop(db, key)
+                _drop(db, key)
+
+        await self._do(run, write=True)
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
-        async with self._tx(write=True) as db:
-            rows = await self._rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
+        def run(db: Db) -> int:
+            rows = _rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
             if rows and (rows[0][1] is None or rows[0][1] > self.clock()):
                 value = int(rows[0][0]) + amount
-                await db.execute("UPDATE kv SET value = ? WHERE key = ?", (str(value), key))
+                db.execute("UPDATE kv SET value = ? WHERE key = ?", (str(value), key))
             else:
                 value = amount
-                await self._put(db, key, str(value), ttl)
+                self._put(db, key, str(value), ttl)
             return value
 
+        return await self._do(run, write=True)
+
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
-        async with self._tx(write=True) as db:
-            await self._append(db, key, values, max_len)
+        await self._do(lambda db: self._append(db, key, values, max_len), write=True)
 
     async def list_range(self, key: str, start: int = 0, end: int = -1) -> list[str]:
-        async with self._tx(write=False) as db:
-            items = [str(r[0]) for r in await self._rows(db, "SELECT value FROM list_items WHERE key = ? ORDER BY pos", (key,))]
+        def run(db: Db) -> list[str]:
+            return [str(r[0]) for r in _rows(db, "SELECT value FROM list_items WHERE key = ? ORDER BY pos", (key,))]
+
+        items = await self._do(run, write=False)
         count = len(items)
         first = max(count + start, 0) if start < 0 else start
         last = count + end if end < 0 else min(end, count - 1)
         return items[first : last + 1] if first <= last else []
 
     async def window_add(self, key: str, now: float, window: float) -> int:
-        async with self._tx(write=True) as db:
-            await db.execute("DELETE FROM zset WHERE key = ? AND score < ?", (key, now - window))
-            member = f"{now!r}:{uuid.uuid4().hex[:8]}"  # equal timestamps are still separate events
-            await db.execute("INSERT OR REPLACE INTO zset (key, member, score) VALUES (?, ?, ?)", (key, member, now))
-            await db.execute(
+        member = f"{now!r}:{uuid.uuid4().hex[:8]}"  # equal timestamps are still separate events
+
+        def run(db: Db) -> int:
+            db.execute("DELETE FROM zset WHERE key = ? AND score < ?", (key, now - window))
+            db.execute("INSERT OR REPLACE INTO zset (key, member, score) VALUES (?, ?, ?)", (key, member, now))
+            db.execute(
                 "INSERT INTO expiry (key, expires) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET expires = excluded.expires",
                 (key, self.clock() + window),
             )
-            return int((await self._rows(db, "SELECT COUNT(*) FROM zset WHERE key = ?", (key,)))[0][0])
+            return int(_rows(db, "SELECT COUNT(*) FROM zset WHERE key = ?", (key,))[0][0])
+
+        return await self._do(run, write=True)
 
     async def keys(self, prefix: str) -> list[str]:
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         now = self.clock()
-        async with self._tx(write=False) as db:
-            rows = await self._rows(
+        rows = await self._do(
+            lambda db: _rows(
                 db,
                 "SELECT key FROM kv WHERE key LIKE ? ESCAPE '\\' AND (expires IS NULL OR expires > ?) "
                 "UNION SELECT DISTINCT key FROM list_items WHERE key LIKE ? ESCAPE '\\' "
                 "UNION SELECT DISTINCT z.key FROM zset z LEFT JOIN expiry e ON e.key = z.key "
                 "WHERE z.key LIKE ? ESCAPE '\\' AND (e.expires IS NULL OR e.expires > ?)",
                 (pattern, now, pattern, pattern, now),
-            )
+            ),
+            write=False,
+        )
         # LIKE ignores ASCII case; the prefix must match exactly.
         return [str(r[0]) for r in rows if str(r[0]).startswith(prefix)]
 
     async def commit(
         self, marker: str, operations: Sequence[Operation], *, value: str = "1", ttl: float | None = None
     ) -> bool:
-        async with self._tx(write=True) as db:
-            if await self._live_value(db, marker) is not None:
+        def run(db: Db) -> bool:
+            if self._live_value(db, marker) is not None:
                 return False
             for op in operations:
                 if isinstance(op, Append):
-                    await self._append(db, op.key, op.values, op.max_len)
+                    self._append(db, op.key, op.values, op.max_len)
                 elif isinstance(op, Put):
-                    await self._put(db, op.key, op.value, op.ttl)
+                    self._put(db, op.key, op.value, op.ttl)
                 elif isinstance(op, Remove):
-                    await self._drop(db, op.key)
-            await self._put(db, marker, value, ttl)
+                    _drop(db, op.key)
+            self._put(db, marker, value, ttl)
             return True
 
+        return await self._do(run, write=True)
+
     async def slots_acquire(self, claims: Sequence[tuple[str, int]], holder: str, ttl: float) -> bool:
-        async with self._tx(write=True) as db:
+        def run(db: Db) -> bool:
             for key, limit in claims:
-                holders = await self._live_holders(db, key)
+                holders = self._live_holders(db, key)
                 if limit > 0 and holder not in holders and len(holders) >= limit:
                     return False
             until = self.clock() + ttl
             for key, _ in claims:
-                await db.execute(
+                db.execute(
                     "INSERT INTO zset (key, member, score) VALUES (?, ?, ?) "
                     "ON CONFLICT (key, member) DO UPDATE SET score = excluded.score",
                     (key, holder, until),
                 )
             return True
 
+        return await self._do(run, write=True)
+
     async def slots_release(self, keys: Sequence[str], holder: str) -> None:
-        async with self._tx(write=True) as db:
+        def run(db: Db) -> None:
             for key in keys:
-                await db.execute("DELETE FROM zset WHERE key = ? AND member = ?", (key, holder))
+                db.execute("DELETE FROM zset WHERE key = ? AND member = ?", (key, holder))
+
+        await self._do(run, write=True)
 
     async def slots_held(self, key: str) -> int:
-        async with self._tx(write=True) as db:
-            return len(await self._live_holders(db, key))
+        return await self._do(lambda db: len(self._live_holders(db, key)), write=True)

@@ -201,7 +201,8 @@ async def test_missing_privileged_intent_is_one_clear_line(
 # --- messages in channels, threads, DMs ------------------------------------------------------
 
 
-async def test_channel_message_with_mention_is_answered_as_a_reply(bot: Harness) -> None:
+async def test_channel_message_with_mention_is_answered_as_a_reply(start: Callable[..., Awaitable[Harness]]) -> None:
+    bot = await start(typing={"mode": "instant"})  # typing even for a quick answer
     msg = await bot.say(f"{MENTION} what is up?", mentions=[bot.emu.bot])
     assert msg.text == "what is up?"
     assert msg.metadata["mentions_bot"] is True

@@ -62,7 +62,7 @@ async def settle(app: App, emu: TelegramEmulator) -> None:
 
 async def test_dm_reply_is_a_reply_to_the_users_message(run_app, telegram_emulator):
     emu = telegram_emulator
-    await run_app()
+    await run_app(typing={"mode": "instant"})  # typing even for a quick answer
     question = emu.push_message(emu.private_chat(ANN), ANN, "hello there")
     (answer,) = await replies(emu, 1)
     assert answer["text"] == HEARD + "hello there"
@@ -103,7 +103,7 @@ async def test_commands_for_this_bot_run_and_forwarded_ones_do_not(run_app, tele
 
 async def test_forum_topic_reply_lands_in_the_topic(run_app, telegram_emulator):
     emu = telegram_emulator
-    await run_app()
+    await run_app(typing={"mode": "instant"})  # typing even for a quick answer
     forum = emu.group(-1003, "Forum", forum=True)
     topic = emu.topic(forum, ANN, "Releases")
     emu.push_message(forum, ANN, "@ThisBot ship it?", thread_id=topic["message_id"])
