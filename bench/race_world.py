@@ -281,13 +281,11 @@ class World(Protocol):
     def reference_args(self, kind: str) -> list[str]: ...
 
 
-class TelegramWorld:
-    name = "telegram"
-    edit_floor = 1.1  # seconds between edits of one message in a private chat
+class EmulatorWorld:
+    """What every world does by handing it to its emulator: start, stop, and where the
+    emulator reports the bot's writes."""
 
-    def __init__(self, requests_per_second: float) -> None:
-        self.emu = RaceTelegram()
-        self.requests_per_second = requests_per_second
+    emu: Any
 
     @property
     def sink(self) -> Sink:
@@ -302,6 +300,15 @@ class TelegramWorld:
 
     async def stop(self) -> None:
         await self.emu.stop()
+
+
+class TelegramWorld(EmulatorWorld):
+    name = "telegram"
+    edit_floor = 1.1  # seconds between edits of one message in a private chat
+
+    def __init__(self, requests_per_second: float) -> None:
+        self.emu = RaceTelegram()
+        self.requests_per_second = requests_per_second
 
     async def connected(self, timeout: float) -> None:
         """Polling bots are ready when they answer, which the harness checks with a ping."""
@@ -343,26 +350,12 @@ class TelegramWorld:
         return args + (["--concurrent"] if kind == "ptb_concurrent" else [])
 
 
-class DiscordWorld:
+class DiscordWorld(EmulatorWorld):
     name = "discord"
     edit_floor = 1.0
 
     def __init__(self) -> None:
         self.emu = RaceDiscord()
-
-    @property
-    def sink(self) -> Sink:
-        return self.emu.sink
-
-    @sink.setter
-    def sink(self, value: Sink) -> None:
-        self.emu.sink = value
-
-    async def start(self) -> None:
-        await self.emu.start()
-
-    async def stop(self) -> None:
-        await self.emu.stop()
 
     async def connected(self, timeout: float) -> None:
         await self.emu.wait_ready(timeout)
@@ -403,26 +396,12 @@ class DiscordWorld:
         ]
 
 
-class SlackWorld:
+class SlackWorld(EmulatorWorld):
     name = "slack"
     edit_floor = 1.0
 
     def __init__(self) -> None:
         self.emu = RaceSlack()
-
-    @property
-    def sink(self) -> Sink:
-        return self.emu.sink
-
-    @sink.setter
-    def sink(self, value: Sink) -> None:
-        self.emu.sink = value
-
-    async def start(self) -> None:
-        await self.emu.start()
-
-    async def stop(self) -> None:
-        await self.emu.stop()
 
     async def connected(self, timeout: float) -> None:
         await self.emu.wait_connected(timeout)

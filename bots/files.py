@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import fnmatch
 import logging
 import mimetypes
 import os
 import re
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urljoin, urlsplit
@@ -251,7 +253,8 @@ def file_from_path(path: str, files_dir: str | None, max_bytes: int, filename: s
     return make_file(data, filename or resolved.name)
 
 
-def _host(url: str) -> str:
+def host_of(url: str) -> str:
+    """The host a URL names, for messages (the whole text when it names none)."""
     try:
         return urlsplit(url).hostname or url
     except ValueError:
@@ -267,6 +270,50 @@ def _name_in(url: str, disposition: str | None) -> str | None:
     return name or None
 
 
+class HopRefused(Exception):
+    """The egress policy refused one hop of a request (the first URL, or a redirect's)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(reason)
+        self.url, self.reason = url, reason
+
+
+class HopFailed(Exception):
+    """One hop of a request could not be made or read."""
+
+    def __init__(self, url: str, error: aiohttp.ClientError) -> None:
+        super().__init__(str(error))
+        self.url, self.error = url, error
+
+
+class TooManyRedirects(Exception):
+    """More than `MAX_REDIRECTS` redirects."""
+
+
+@contextlib.asynccontextmanager
+async def checked_get(
+    session: aiohttp.ClientSession, url: str, egress: UrlCheck
+) -> AsyncIterator[tuple[aiohttp.ClientResponse, str]]:
+    """GET `url` and yield the final response with its URL. Redirects are followed here, one
+    at a time, never by the client: a permitted host may redirect anywhere, so `egress`
+    sees every hop before it is made."""
+    for _ in range(MAX_REDIRECTS + 1):
+        reason = egress(url)
+        if reason is not None:
+            raise HopRefused(url, reason)
+        try:
+            async with session.get(url, allow_redirects=False) as response:
+                location = response.headers.get("Location")
+                if response.status in (301, 302, 303, 307, 308) and location:
+                    url = urljoin(url, location)
+                    continue
+                yield response, url
+                return
+        except aiohttp.ClientError as exc:
+            raise HopFailed(url, exc) from None
+    raise TooManyRedirects
+
+
 async def file_from_url(
     url: str, egress: UrlCheck | None, max_bytes: int, filename: str | None = None, mime: str | None = None
 ) -> OutboundFile:
@@ -275,72 +322,66 @@ async def file_from_url(
     if egress is None:
         raise FileRefused("sending files from a URL needs the network egress policy, and none is configured")
     limit = ByteLimit(max_bytes)
-    async with aiohttp.ClientSession(timeout=_TIMEOUT, trust_env=False) as session:
-        for _ in range(MAX_REDIRECTS + 1):
-            reason = egress(url)
-            if reason is not None:
-                raise FileRefused(f"{_host(url)} refused: {reason}")
-            try:
-                async with session.get(url, allow_redirects=False) as response:
-                    location = response.headers.get("Location")
-                    if response.status in (301, 302, 303, 307, 308) and location:
-                        url = urljoin(url, location)
-                        continue
-                    if response.status != 200:
-                        raise FileRefused(f"{_host(url)} answered HTTP {response.status}")
-                    limit.declared(response.content_length)
-                    data = bytearray()
-                    async for chunk in response.content.iter_chunked(CHUNK_BYTES):
-                        if len(data) + len(chunk) > max_bytes:
-                            raise FileTooLarge(len(data) + len(chunk), max_bytes, counted=True)
-                        data += chunk
-                    name = filename or _name_in(url, response.headers.get("Content-Disposition"))
-                    return make_file(bytes(data), name, mime, served_as=response.headers.get("Content-Type"))
-            except aiohttp.ClientError as exc:
-                raise FileRefused(f"{_host(url)} could not be read ({type(exc).__name__})") from None
-    raise FileRefused(f"more than {MAX_REDIRECTS} redirects")
+    try:
+        async with aiohttp.ClientSession(timeout=_TIMEOUT, trust_env=False) as session:
+            async with checked_get(session, url, egress) as (response, url):
+                if response.status != 200:
+                    raise FileRefused(f"{host_of(url)} answered HTTP {response.status}")
+                limit.declared(response.content_length)
+                data = bytearray()
+                async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                    if len(data) + len(chunk) > max_bytes:
+                        raise FileTooLarge(len(data) + len(chunk), max_bytes, counted=True)
+                    data += chunk
+                name = filename or _name_in(url, response.headers.get("Content-Disposition"))
+                return make_file(bytes(data), name, mime, served_as=response.headers.get("Content-Type"))
+    except HopRefused as exc:
+        raise FileRefused(f"{host_of(exc.url)} refused: {exc.reason}") from None
+    except HopFailed as exc:
+        raise FileRefused(f"{host_of(exc.url)} could not be read ({type(exc.error).__name__})") from None
+    except TooManyRedirects:
+        raise FileRefused(f"more than {MAX_REDIRECTS} redirects") from None
 
 
-async def load_file(
-    *,
-    media: MediaConfig,
-    data: bytes | None = None,
-    data_base64: str | None = None,
-    path: str | None = None,
-    url: str | None = None,
-    filename: str | None = None,
-    mime: str | None = None,
-    egress: UrlCheck | None = None,
-) -> OutboundFile:
+@dataclass(frozen=True, slots=True)
+class FileSource:
+    """Where a file to post comes from: exactly one of bytes, base64, a `path` inside the
+    files folder or a `url`; `filename` and `mime` override what the source says."""
+
+    data: bytes | None = None
+    data_base64: str | None = None
+    path: str | None = None
+    url: str | None = None
+    filename: str | None = None
+    mime: str | None = None
+
+
+async def load_file(source: FileSource, *, media: MediaConfig, egress: UrlCheck | None = None) -> OutboundFile:
     """The file from exactly one source, within `media` (see the module docstring)."""
-    given = [name for name, value in (("data", data), ("data_base64", data_base64), ("path", path), ("url", url)) if value]
+    given = [value for value in (source.data, source.data_base64, source.path, source.url) if value]
     if len(given) != 1:
         raise FileRefused("give exactly one of url, data_base64 or path")
-    if data is not None:
-        if len(data) > media.max_bytes:
-            raise FileTooLarge(len(data), media.max_bytes)
-        return make_file(data, filename, mime)
-    if data_base64 is not None:
-        return file_from_base64(data_base64, media.max_bytes, filename, mime)
-    if path is not None:
-        return await asyncio.to_thread(file_from_path, path, media.files_dir, media.max_bytes, filename)
-    assert url is not None
-    return await file_from_url(url.strip(), egress, media.max_bytes, filename, mime)
+    filename, mime = source.filename, source.mime
+    if source.data is not None:
+        if len(source.data) > media.max_bytes:
+            raise FileTooLarge(len(source.data), media.max_bytes)
+        return make_file(source.data, filename, mime)
+    if source.data_base64 is not None:
+        return file_from_base64(source.data_base64, media.max_bytes, filename, mime)
+    if source.path is not None:
+        return await asyncio.to_thread(file_from_path, source.path, media.files_dir, media.max_bytes, filename)
+    assert source.url is not None
+    return await file_from_url(source.url.strip(), egress, media.max_bytes, filename, mime)
 
 
 async def send_file(
     delivery: Delivery,
     targets: Targets,
     target: str,
+    source: FileSource,
     *,
     media: MediaConfig,
     origin: BotMessage | None = None,
-    data: bytes | None = None,
-    data_base64: str | None = None,
-    path: str | None = None,
-    url: str | None = None,
-    filename: str | None = None,
-    mime: str | None = None,
     caption: str = "",
     egress: UrlCheck | None = None,
     key: str | None = None,
@@ -353,9 +394,7 @@ async def send_file(
     if to is None:
         return MessageActionResult("no_route", target, "target not resolvable")
     try:
-        file = await load_file(
-            media=media, data=data, data_base64=data_base64, path=path, url=url, filename=filename, mime=mime, egress=egress
-        )
+        file = await load_file(source, media=media, egress=egress)
     except FileTooLarge as exc:
         size = "over the limit" if exc.counted or exc.size is None else human_size(exc.size)
         return MessageActionResult("failed", to.target, f"send_file: the file is {size}; the limit is {human_size(exc.limit)}")

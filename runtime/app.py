@@ -36,7 +36,7 @@ from botweave.commands import CommandRegistry
 from botweave.config import BotConfig, ConfigError, PlatformConfig
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivered, Delivery, Outbox, ReplyChannel, SentLedger
-from botweave.files import send_file
+from botweave.files import FileSource, send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.metrics import INBOUND, QUEUE_DEPTH
@@ -863,10 +863,10 @@ class App:
         `agent` is given); within `media.max_bytes` (the agent's own media settings, too). The
         caption follows the platform's caption limit; the rest of a long one follows as messages."""
         egress = self.config.egress_policy(agent) if agent is not None else EgressPolicy.from_config(self.config.network)
+        source = FileSource(data=data, data_base64=data_base64, path=path, url=url, filename=filename, mime=mime)
         return await send_file(
-            self.delivery, self.targets, target,
-            media=self.config.media_for(agent), origin=origin, data=data, data_base64=data_base64,
-            path=path, url=url, filename=filename, mime=mime, caption=caption, egress=egress.refusal, key=key,
+            self.delivery, self.targets, target, source,
+            media=self.config.media_for(agent), origin=origin, caption=caption, egress=egress.refusal, key=key,
         )
 
     async def _post_as(self, target: str, identity: AgentIdentity, text: str) -> MessageActionResult:

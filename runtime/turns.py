@@ -23,10 +23,11 @@ used) and the turn metrics.
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
@@ -58,54 +59,40 @@ def user_entry(msg: BotMessage) -> dict[str, str]:
     return {"role": "user", "content": attribution(msg) + message_text(msg)}
 
 
-Run = Callable[
-    ["AgentTurn", BotMessage, Agent, str, ReplyChannel, "UserTurn | None", "str | None"], Awaitable[TurnOutcome]
-]
+@dataclass
+class _Report:
+    outcome: str = "error"  # an exception that is not a cancellation
 
 
-def _reported(run: Run) -> Run:
-    """The turn's INFO line and metrics, whichever way it ended (an exception is `error`)."""
-
-    @functools.wraps(run)
-    async def reported(
-        self: AgentTurn,
-        msg: BotMessage,
-        agent: Agent,
-        conversation: str,
-        reply: ReplyChannel,
-        turn: UserTurn | None = None,
-        replaces: str | None = None,
-    ) -> TurnOutcome:
-        started = time.monotonic()
-        outcome = "error"
-        with counting_usage() as usage:
-            try:
-                result = await run(self, msg, agent, conversation, reply, turn, replaces)
-                outcome = result.status.value
-                return result
-            except asyncio.CancelledError:
-                outcome = "cancelled"
-                raise
-            finally:
-                seconds = time.monotonic() - started
-                TURNS.labels(agent.name, outcome).inc()
-                TURN_SECONDS.observe(seconds)
-                fields = {
-                    "conversation": conversation,
-                    "agent": agent.name,
-                    "model": agent.model,
-                    "outcome": outcome,
-                    "latency_ms": round(seconds * 1000),
-                    "tokens_in": usage.tokens_in,
-                    "tokens_out": usage.tokens_out,
-                }
-                log.info(
-                    "turn %s: agent=%s model=%s outcome=%s latency_ms=%d tokens_in=%d tokens_out=%d",
-                    *fields.values(),
-                    extra=fields,
-                )
-
-    return reported
+@contextlib.contextmanager
+def _reporting(conversation: str, agent: Agent) -> Iterator[_Report]:
+    """The turn's INFO line and metrics, whichever way it ended."""
+    report = _Report()
+    started = time.monotonic()
+    with counting_usage() as usage:
+        try:
+            yield report
+        except asyncio.CancelledError:
+            report.outcome = "cancelled"
+            raise
+        finally:
+            seconds = time.monotonic() - started
+            TURNS.labels(agent.name, report.outcome).inc()
+            TURN_SECONDS.observe(seconds)
+            fields = {
+                "conversation": conversation,
+                "agent": agent.name,
+                "model": agent.model,
+                "outcome": report.outcome,
+                "latency_ms": round(seconds * 1000),
+                "tokens_in": usage.tokens_in,
+                "tokens_out": usage.tokens_out,
+            }
+            log.info(
+                "turn %s: agent=%s model=%s outcome=%s latency_ms=%d tokens_in=%d tokens_out=%d",
+                *fields.values(),
+                extra=fields,
+            )
 
 
 def turn_marker(msg: BotMessage) -> str:
@@ -235,9 +222,12 @@ class AgentTurn:
             msg = inbound.message
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
-        return await self.run(
-            inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn, inbound.replaces
-        )
+        with _reporting(inbound.conversation, agent) as report:
+            result = await self.run(
+                inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn, inbound.replaces
+            )
+            report.outcome = result.status.value
+            return result
 
     async def resume(self, msg: BotMessage, reply: ReplyChannel) -> TurnOutcome | None:
         """Finish a turn that committed before its process stopped: deliver the committed
@@ -252,7 +242,6 @@ class AgentTurn:
         delivered = await reply.deliver(Prepared.from_json(raw))
         return TurnOutcome(TurnStatus.REPLIED, delivered, detail="resumed")
 
-    @_reported
     async def run(
         self,
         msg: BotMessage,

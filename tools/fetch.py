@@ -10,24 +10,16 @@ not used: the policy is about where connections go, and a proxy would hide that.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+from botweave.files import MAX_REDIRECTS, HopFailed, HopRefused, TooManyRedirects, checked_get, host_of
 from botweave.tooling import Egress, ToolContext, ToolError, ToolRefused
 from botweave.tools.text import html_to_text
 
-MAX_REDIRECTS = 5
 MAX_BYTES = 2 * 1024 * 1024
 MAX_CHARS = 20_000
 USER_AGENT = "botweave-fetch/1"
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/ld+json")
-
-
-def _host(url: str) -> str:
-    try:
-        return urlsplit(url).hostname or url
-    except ValueError:
-        return url
 
 
 class FetchUrl:
@@ -50,11 +42,6 @@ class FetchUrl:
         self.timeout_seconds = timeout_seconds
         self.max_chars = max_chars
 
-    def _check(self, url: str) -> None:
-        reason = self.egress.refusal(url)
-        if reason is not None:
-            raise ToolRefused(f"fetch_url: {_host(url)} refused: {reason}")
-
     async def call(self, arguments: dict[str, Any], context: ToolContext) -> str:
         url = arguments.get("url")
         if not isinstance(url, str) or not url.strip():
@@ -63,22 +50,20 @@ class FetchUrl:
 
     async def fetch(self, url: str) -> str:
         headers = {"User-Agent": USER_AGENT, "Accept": "text/html, text/plain;q=0.9, */*;q=0.5"}
-        async with aiohttp.ClientSession(headers=headers, trust_env=False) as session:
-            for _ in range(MAX_REDIRECTS + 1):
-                self._check(url)
-                try:
-                    async with session.get(url, allow_redirects=False) as response:
-                        location = response.headers.get("Location")
-                        if response.status in (301, 302, 303, 307, 308) and location:
-                            url = urljoin(url, location)
-                            continue
-                        if response.status >= 400:
-                            reason = f"HTTP {response.status} {response.reason or ''}".strip()
-                            raise ToolError(f"fetch_url: {url} answered {reason}")
-                        return await self._read(response, url)
-                except aiohttp.ClientError as exc:
-                    raise ToolError(f"fetch_url: {_host(url)} could not be read: {type(exc).__name__}: {exc}") from None
-        raise ToolError(f"fetch_url: more than {MAX_REDIRECTS} redirects")
+        try:
+            async with aiohttp.ClientSession(headers=headers, trust_env=False) as session:
+                async with checked_get(session, url, self.egress.refusal) as (response, url):
+                    if response.status >= 400:
+                        reason = f"HTTP {response.status} {response.reason or ''}".strip()
+                        raise ToolError(f"fetch_url: {url} answered {reason}")
+                    return await self._read(response, url)
+        except HopRefused as exc:
+            raise ToolRefused(f"fetch_url: {host_of(exc.url)} refused: {exc.reason}") from None
+        except HopFailed as exc:
+            error = exc.error
+            raise ToolError(f"fetch_url: {host_of(exc.url)} could not be read: {type(error).__name__}: {error}") from None
+        except TooManyRedirects:
+            raise ToolError(f"fetch_url: more than {MAX_REDIRECTS} redirects") from None
 
     async def _read(self, response: aiohttp.ClientResponse, url: str) -> str:
         # aiohttp reports application/octet-stream when there is no header; sniff instead.

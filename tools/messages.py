@@ -19,7 +19,7 @@ from typing import Any
 
 from botweave.config import MediaConfig
 from botweave.delivery import Delivery, Destination
-from botweave.files import send_file
+from botweave.files import FileSource, send_file
 from botweave.targets import Targets
 from botweave.tooling import Egress, ToolContext, action_output
 from botweave.tools.python import FunctionTool, function_tool
@@ -183,12 +183,9 @@ class MessageTools:
             self.delivery,
             self.targets,
             target,
+            FileSource(data_base64=data_base64, path=path, url=url, filename=filename),
             media=self._media_for(context.agent),
             origin=origin,
-            url=url,
-            data_base64=data_base64,
-            path=path,
-            filename=filename,
             caption=caption,
             egress=self._egress_for(context.agent).refusal,
             key=key,

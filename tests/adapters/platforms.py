@@ -15,10 +15,12 @@ import os
 import re
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 from botweave.adapter import Adapter
 from botweave.adapters.console.adapter import ConsoleAdapter
 from botweave.adapters.console.config import ConsoleConfig
@@ -51,7 +53,7 @@ class PostedFile:
     message_id: str
 
 
-class PlatformDriver:
+class PlatformDriver(ABC):
     """What every platform's driver answers; see the module docstring."""
 
     name: ClassVar[str]
@@ -79,60 +81,60 @@ class PlatformDriver:
     async def stop(self) -> None:
         await self.adapter.stop()
 
+    @abstractmethod
     def make_adapter(self) -> Adapter:
         """A new adapter for this emulator, not started."""
-        raise NotImplementedError
 
+    @abstractmethod
     def text_of(self, message_id: str) -> str | None:
         """The text the message shows now in `chat`; None when it is gone."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reactions_on(self, message_id: str) -> list[str]:
         """The bot's reactions the message shows, as emoji."""
-        raise NotImplementedError
 
+    @abstractmethod
     def said(self, message_id: str) -> tuple[str, str]:
         """Who a person reads as the author of the bot's message, and its words."""
-        raise NotImplementedError
 
+    @abstractmethod
     def direct_messages(self, user_id: str) -> list[str]:
         """The texts that reached the user privately."""
-        raise NotImplementedError
 
+    @abstractmethod
     def sent_so_far(self) -> object:
         """Everything the bot has asked of the platform so far (log-ins and reads aside):
         unchanged means nothing was sent."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def person_says(self, text: str) -> BotMessage:
         """A person posts `text` in `chat`; what the adapter handed on for it."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def own_post_comes_back(self, text: str) -> list[Item]:
         """A post by the bot's own user arrives inbound; what the adapter handed on for it."""
-        raise NotImplementedError
 
     #: Whether people can send this platform files (the console reads lines only).
     receives_files: ClassVar[bool] = True
 
+    @abstractmethod
     def files_posted(self) -> list[PostedFile]:
         """Every file the bot posted in `chat`, in order."""
-        raise NotImplementedError
 
     async def person_sends_file(
         self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
     ) -> BotMessage:
         """A person posts a file (the platform declares `declared_size`, default its real
         size, and serves `data`); what the adapter handed on for it."""
-        raise NotImplementedError
+        pytest.fail(f"people cannot send {self.name} files")
 
     def file_fetches(self) -> int:
         """How many times the bot fetched a file's bytes from the platform."""
-        raise NotImplementedError
+        pytest.fail(f"people cannot send {self.name} files")
 
     async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
         """A person answers one of the messages in `chat` (in its thread, on Slack)."""
-        raise NotImplementedError
+        pytest.fail(f"people cannot answer a message on {self.name}")
 
     async def _next_message(self, before: int) -> BotMessage:
         await wait_until(lambda: len(self.received) > before, what="the adapter to hand on a message")

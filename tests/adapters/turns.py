@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+import pytest
 from botweave import App
 from botweave.types import BotMessage, PlatformEvent
 
@@ -33,7 +35,7 @@ def slow_answer(tag: str = "story") -> str:
     return " ".join(f"{tag}{n}" for n in range(SLOW_WORDS))
 
 
-class TurnDriver:
+class TurnDriver(ABC):
     name: ClassVar[str]
     deletes: ClassVar[bool] = True  # the platform reports deletions
 
@@ -46,34 +48,39 @@ class TurnDriver:
 
     # --- platform parts ----------------------------------------------------------------------
 
+    @abstractmethod
     async def start_emulator(self) -> None:
-        raise NotImplementedError
+        """Start the platform emulator and the people in it."""
 
+    @abstractmethod
     async def stop_emulator(self) -> None:
-        raise NotImplementedError
+        """Stop the platform emulator."""
 
+    @abstractmethod
     def section(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The platform's bot.yaml section, pointed at the emulator."""
 
     async def _ready(self, app: App) -> None:
         """Until the app's adapter receives."""
 
+    @abstractmethod
     async def _say(self, text: str, *, group: bool, who: str, age: float) -> str:
-        raise NotImplementedError
+        """Post `text` as `who` (sent `age` seconds ago); its message id."""
 
+    @abstractmethod
     async def edit(self, message_id: str, text: str, *, group: bool = False) -> None:
-        raise NotImplementedError
+        """The person edits their message; returns once the runtime saw the edit."""
 
     async def delete(self, message_id: str, *, group: bool = False) -> None:
-        raise NotImplementedError
+        pytest.fail(f"{self.name} does not report deletions")
 
+    @abstractmethod
     def bot_posts(self, *, group: bool = False) -> list[tuple[str, str]]:
         """The bot's messages the chat shows now, oldest first: (id, text)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def sends(self) -> int:
         """How many messages the bot posted on the platform so far."""
-        raise NotImplementedError
 
     # --- the same for every platform ---------------------------------------------------------
 
