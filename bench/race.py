@@ -53,6 +53,12 @@ durable outbox (an intent before the send, a confirmation after it).
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
                           [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite] [--quick] [--profile]
+                          [--trace]
+
+`--trace` prints, for every run, where its wall time went beyond the model's latency (from the
+times the model saw each request and the emulator saw each reply): burst → a chat's first
+model request, a reply → the same chat's next request, and a request → its reply, then the
+same spans for the chat that finished last.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.race_world import (  # noqa: E402
+    MARKER,
     Chat,
     DiscordWorld,
     SlackWorld,
@@ -132,6 +139,7 @@ class Settings:
     botweave: list[str]
     logs: Path
     profile: bool = False
+    trace: bool = False
     store: str = "memory"
 
 
@@ -221,6 +229,13 @@ class ModelServer:
         assert self._session is not None
         async with self._session.post(self.base_url.removesuffix("/v1") + "/_race", json={"delay": delay}) as answer:
             answer.raise_for_status()
+
+    async def arrivals(self) -> list[tuple[float, str]]:
+        """When each model request since the last call arrived, and which message it answers."""
+        assert self._session is not None
+        async with self._session.get(self.base_url.removesuffix("/v1") + "/_race") as answer:
+            answer.raise_for_status()
+            return [(float(at), marker) for at, marker in (await answer.json())["arrivals"]]
 
     def cpu(self) -> float:
         return tree_cpu(self.proc.pid) if self.proc else 0.0
@@ -477,6 +492,7 @@ class Result:
     gaps: list[float] = field(default_factory=list)
     floor: float = 0.0
     profile: str = ""
+    timeline: str = ""
     calls: dict[str, int] = field(default_factory=dict)  # platform API calls the bot made, by method
 
     @property
@@ -558,6 +574,7 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
         output = settings.logs / f"profile-{world.name}-{case}-{contestant.kind}-run{run}.txt"
         profiler = Profiler(contestant.proc.pid, output)
         await asyncio.sleep(0.5)  # py-spy attaches
+    await model.arrivals()  # forget the warm-up's
     calls0 = world.call_count()
     bot0, model0, harness0 = contestant.cpu(), model.cpu(), time.process_time()
     started = time.monotonic()
@@ -570,6 +587,7 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
     bot1, model1 = contestant.cpu(), model.cpu()
     calls = dict(world.calls_since(calls0))
     profile = await profiler.stop() if profiler is not None else ""
+    timeline = timeline_of(tracker, await model.arrivals(), started, latency) if settings.trace else ""
     contestant.check_alive()
     return Result(
         platform=world.name,
@@ -595,6 +613,53 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
         floor=world.edit_floor,
         profile=profile,
         calls=calls,
+        timeline=timeline,
+    )
+
+
+def timeline_of(tracker: Tracker, arrivals: list[tuple[float, str]], started: float, latency: float) -> str:
+    """Where a run's wall time went beyond the model's latency, in three spans (ms, median/p90/max):
+    burst → a chat's first model request, a reply → the same chat's next request, and a request →
+    its reply less the latency."""
+    requested: dict[tuple[int, int], float] = {}
+    for at, marker in arrivals:
+        found = MARKER.search(marker)
+        if found is not None and int(found.group(1)) == tracker.run:
+            requested.setdefault((int(found.group(2)), int(found.group(3))), at)
+    first, between, answer = [], [], []
+    for (chat, k), at in requested.items():
+        reply = tracker.replies.get((chat, k))
+        if k == tracker.ks[0]:
+            first.append(at - started)
+        elif (before := tracker.replies.get((chat, k - 1))) is not None and before.done_at is not None:
+            between.append(at - before.done_at)
+        if reply is not None and reply.done_at is not None:
+            answer.append(reply.done_at - at - latency)
+
+    def spans(values: list[float]) -> str:
+        if not values:
+            return "—"
+        ranked = sorted(values)
+        return "/".join(f"{ranked[int(q * (len(ranked) - 1))] * 1000:.0f}" for q in (0.5, 0.9, 1.0))
+
+    last = max(
+        (chat for chat in range(tracker.chats) if (chat, tracker.ks[-1]) in tracker.replies),
+        key=lambda chat: tracker.replies[(chat, tracker.ks[-1])].done_at or 0.0,
+        default=None,
+    )
+    slowest = ""
+    if last is not None:
+        steps, before = [], started
+        for k in tracker.ks:
+            at, reply = requested.get((last, k)), tracker.replies.get((last, k))
+            if at is None or reply is None or reply.done_at is None:
+                break
+            steps.append(f"+{(at - before) * 1000:.0f} ask, +{(reply.done_at - at - latency) * 1000:.0f} reply")
+            before = reply.done_at
+        slowest = f"; last chat: {' | '.join(steps)}"
+    return (
+        f"burst→first request {spans(first)}, reply→next request {spans(between)}, "
+        f"request→reply−L {spans(answer)} ms{slowest}"
     )
 
 
@@ -692,6 +757,8 @@ async def run_one(
     )
     if result.profile:
         print(f"      profile: {result.profile}", flush=True)
+    if result.timeline:
+        print(f"      timeline: {result.timeline}", flush=True)
     report(result)
 
 
@@ -939,6 +1006,7 @@ async def main(args: argparse.Namespace) -> int:
         botweave=botweave_command(args.botweave),
         logs=logs,
         profile=args.profile,
+        trace=args.trace,
         store=args.store,
     )
     print(
@@ -979,6 +1047,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--throughput-messages", type=int, default=8, help="messages per chat (throughput)")
     parser.add_argument("--latency", type=float, default=0.5, help="model latency in seconds (latency, streaming)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measure")
+    parser.add_argument(
+        "--trace", action="store_true",
+        help="print where each run's wall time went: burst → first model request, reply → next request, "
+        "request → reply beyond the latency",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="20 chats × 2 messages, one run, --reuse: a smoke test in under a minute"
     )

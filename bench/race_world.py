@@ -453,6 +453,7 @@ class RaceModel(OpenAIEmulator):
         super().__init__()
         self.requests_served = 0
         self.streams = 0
+        self.arrivals: list[tuple[float, str]] = []  # (monotonic time, marker) of each request
 
     async def start(self) -> str:
         app = web.Application()
@@ -473,12 +474,16 @@ class RaceModel(OpenAIEmulator):
         return web.json_response({"delay": self.delay})
 
     async def _stats(self, request: web.Request) -> web.Response:
-        return web.json_response({"requests": self.requests_served, "streams": self.streams, "delay": self.delay})
+        arrivals, self.arrivals = self.arrivals, []
+        return web.json_response(
+            {"requests": self.requests_served, "streams": self.streams, "delay": self.delay, "arrivals": arrivals}
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests_served += 1
         chunks = reply_chunks(body.get("messages") or [])
+        self.arrivals.append((time.monotonic(), chunks[0].split(" ", 1)[1].strip()))
         model = body.get("model", "bench-model")
         delay = self.delay
         if not body.get("stream"):
