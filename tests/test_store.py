@@ -348,6 +348,37 @@ async def test_a_patient_store_waits_out_an_outage_and_warns_once(caplog):
     assert not any(r.exc_info for r in caplog.records), "no tracebacks"
 
 
+async def test_a_call_that_times_out_after_the_store_came_back_does_not_report_a_new_outage(caplog):
+    """Calls sent while the store stood still time out one by one, some after others already
+    got answers: they belong to the outage that ended, not to a new one."""
+
+    class SlowToFail(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.healthy = False
+
+        async def get(self, key):
+            if not self.healthy:
+                await asyncio.sleep(0.3 if key == "stuck" else 0.05)  # "stuck" was sent into the pause
+                if key == "stuck" or not self.healthy:
+                    raise StoreOutage("redis: TimeoutError: Timeout reading from socket")
+            return await super().get(key)
+
+    inner = SlowToFail()
+    patient = PatientStore(inner, grace=10)
+
+    async def recover() -> None:
+        await asyncio.sleep(0.1)
+        inner.healthy = True
+
+    with caplog.at_level(logging.WARNING, logger="botweave.store.patient"):
+        answers = await asyncio.gather(patient.get("first"), patient.get("stuck"), recover())
+    assert answers[:2] == [None, None]  # both answered in the end
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("is not answering" in line for line in lines) == 1, lines
+    assert sum("answers again" in line for line in lines) == 1, lines
+
+
 async def test_a_patient_store_gives_up_after_its_grace():
     patient = PatientStore(Flaky(), grace=0.5)
     with pytest.raises(StoreOutage):

@@ -55,9 +55,13 @@ class Patience:
     def down(self) -> bool:
         return self._down_since is not None
 
-    def failed(self, exc: BaseException) -> None:
-        """Note a failed operation; the first of an outage is logged."""
+    def failed(self, exc: BaseException, *, began: float | None = None) -> None:
+        """Note a failed operation; the first of an outage is logged. An operation that
+        `began` before the store last came back (a timeout that fired late) belongs to that
+        outage and does not open another."""
         self.errors += 1
+        if began is not None and began < self.recovered_at:
+            return
         if self._down_since is None:
             self._down_since = self.clock()
             log.warning(
@@ -93,10 +97,11 @@ class Patience:
         started = self.clock()
         pause = FIRST_PAUSE_S
         while True:
+            began = self.clock()
             try:
                 result = await call()
             except errors as exc:
-                self.failed(exc)
+                self.failed(exc, began=began)
                 if self.clock() - started + pause > limit:
                     raise
                 await asyncio.sleep(pause)
