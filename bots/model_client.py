@@ -218,7 +218,7 @@ class ModelCallExecutor(ThreadPoolExecutor):
     theirs still run in a thread."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        if not _openai_preparation(fn):
+        if not prepared_on_loop(fn):
             return super().submit(fn, *args, **kwargs)
         done: Future[Any] = Future()
         try:
@@ -228,7 +228,7 @@ class ModelCallExecutor(ThreadPoolExecutor):
         return done
 
 
-def _openai_preparation(fn: Any) -> bool:
+def prepared_on_loop(fn: Any) -> bool:
     """Whether `fn` is litellm's `completion` (wrapped in a context's `run`) for an OpenAI
     model, as `acompletion` hands it to the executor."""
     if not isinstance(fn, functools.partial) or not fn.args:

@@ -57,6 +57,7 @@ from botweave.router import Router, conversation_key
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
+from botweave.runtime.event_loop import new_loop, serving
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
@@ -64,7 +65,7 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.plugins import load_plugins
 from botweave.runtime.schedules import AgentSchedules
 from botweave.runtime.steps import Observe
-from botweave.runtime.turn_control import STOP_HELP, TurnControl
+from botweave.runtime.turn_control import STOP_HELP, TurnControl, received_at
 from botweave.runtime.turns import AgentTurn
 from botweave.store import MemoryStore, Patience, PatientStore, Store, StoreUnavailable, open_store
 from botweave.store.patient import backend
@@ -485,7 +486,8 @@ class App:
         unless the program configured logging itself."""
         if not logging.getLogger().handlers:
             setup_logging(logging.INFO)
-        return asyncio.run(self.serve(platforms))
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            return runner.run(self.serve(platforms))
 
     async def serve(self, platforms: Iterable[str] | None = None) -> int:
         """`run` inside a running event loop: start, answer until told to stop, stop."""
@@ -724,6 +726,7 @@ class App:
             return await self._run_pipeline(item, durable=deduplicated)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
+        serving(received_at(msg))  # its place in the event loop, if the loop is oldest-first
         adapter = self.adapters.get(msg.platform)
         if adapter is None:
             log.warning("message from platform %r that has no adapter; dropped", msg.platform)

@@ -264,20 +264,20 @@ async def test_openai_requests_are_prepared_on_the_loop_and_other_work_still_in_
     import threading
 
     import litellm.main
-    from botweave.model_client import ModelCallExecutor, _openai_preparation
+    from botweave.model_client import ModelCallExecutor, prepared_on_loop
 
     def as_litellm_hands_it_over(model: str) -> functools.partial[Any]:
         return functools.partial(contextvars.copy_context().run, functools.partial(litellm.main.completion, model=model))
 
-    assert _openai_preparation(as_litellm_hands_it_over("openai/gpt-4o"))
-    assert not _openai_preparation(as_litellm_hands_it_over("vertex_ai/gemini-pro"))  # may fetch a token
-    assert not _openai_preparation(functools.partial(print, "unrelated"))
+    assert prepared_on_loop(as_litellm_hands_it_over("openai/gpt-4o"))
+    assert not prepared_on_loop(as_litellm_hands_it_over("vertex_ai/gemini-pro"))  # may fetch a token
+    assert not prepared_on_loop(functools.partial(print, "unrelated"))
 
     prepared: list[int] = []
 
     class Watched(ModelCallExecutor):
         def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            if _openai_preparation(fn):
+            if prepared_on_loop(fn):
                 prepared.append(threading.get_ident())
             return super().submit(fn, *args, **kwargs)
 
