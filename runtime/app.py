@@ -54,10 +54,11 @@ from botweave.push.notifier import mention_triggers
 from botweave.push.preferences import PreferenceStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router, conversation_key
+from botweave.runtime import event_loop as oldest_first
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
-from botweave.runtime.event_loop import new_loop, serving
+from botweave.runtime.event_loop import serving
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
@@ -486,8 +487,7 @@ class App:
         unless the program configured logging itself."""
         if not logging.getLogger().handlers:
             setup_logging(logging.INFO)
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            return runner.run(self.serve(platforms))
+        return oldest_first.run(self.serve(platforms))
 
     async def serve(self, platforms: Iterable[str] | None = None) -> int:
         """`run` inside a running event loop: start, answer until told to stop, stop."""
@@ -726,28 +726,28 @@ class App:
             return await self._run_pipeline(item, durable=deduplicated)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
-        serving(received_at(msg))  # its place in the event loop, if the loop is oldest-first
-        adapter = self.adapters.get(msg.platform)
-        if adapter is None:
-            log.warning("message from platform %r that has no adapter; dropped", msg.platform)
-            return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
-        config = self._platform_configs[msg.platform]
-        reply = ReplyChannel(self.delivery, adapter, msg, config)
-        if durable:
-            # A recorded item may be running again after a crash: a turn that committed is
-            # finished by delivering what it committed, never decided afresh.
-            resumed = await self.turn.resume(msg, reply)
-            if resumed is not None:
-                return resumed
-        try:
-            return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
-        except outage_errors():
-            raise  # not a failure of the turn: it runs again once the store is back
-        except Exception as exc:
-            # Nothing vanishes silently: the sender hears that this message got no answer.
-            log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
-            await self.control.tell_failure(reply)
-            return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
+        with serving(received_at(msg)):  # its place in the event loop, if the loop is oldest-first
+            adapter = self.adapters.get(msg.platform)
+            if adapter is None:
+                log.warning("message from platform %r that has no adapter; dropped", msg.platform)
+                return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
+            config = self._platform_configs[msg.platform]
+            reply = ReplyChannel(self.delivery, adapter, msg, config)
+            if durable:
+                # A recorded item may be running again after a crash: a turn that committed is
+                # finished by delivering what it committed, never decided afresh.
+                resumed = await self.turn.resume(msg, reply)
+                if resumed is not None:
+                    return resumed
+            try:
+                return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+            except outage_errors():
+                raise  # not a failure of the turn: it runs again once the store is back
+            except Exception as exc:
+                # Nothing vanishes silently: the sender hears that this message got no answer.
+                log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
+                await self.control.tell_failure(reply)
+                return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
         token = _RECORDED.set("stream")

@@ -12,11 +12,10 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Coroutine
 from typing import Any, NoReturn
 
+from botweave.runtime import event_loop as oldest_first
 from botweave.runtime.app import EXIT_CONFIG, EXIT_STORE, Role
-from botweave.runtime.event_loop import new_loop
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
 from botweave.version import __version__
 
@@ -360,12 +359,6 @@ def _init(args: argparse.Namespace) -> int:
     return init(args.path, args.platforms, args.model, out=sys.stdout, err=sys.stderr)
 
 
-def _on_our_loop(serving: Coroutine[Any, Any, int]) -> int:
-    """Serve on the oldest-first loop (runtime/event_loop.py)."""
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        return runner.run(serving)
-
-
 def _exit_now(code: int) -> NoReturn:
     """Leave a stopped bot without the interpreter's own teardown. Everything that matters
     (turns, the store, platform connections) was closed by App.stop; finalising the modules
@@ -403,9 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                 config.platforms.console = ConsoleConfig()
             from botweave.adapters.console.inbound import is_terminal
 
-            _exit_now(_on_our_loop(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
+            _exit_now(oldest_first.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
         _ops_listen(config, args.ops_listen)
-        _exit_now(_on_our_loop(_serve(config, None, args.role)))
+        _exit_now(oldest_first.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

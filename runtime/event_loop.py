@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import Any, TypeVar, TypeVarTuple, Unpack
 
 from botweave.model_client import prepared_on_loop
 
@@ -40,10 +41,15 @@ TURN_ORDER: contextvars.ContextVar[float | None] = contextvars.ContextVar("botwe
 _NOT_A_TURN = 0.0
 
 
-def serving(received_at: float) -> None:
-    """Mark the running task as the turn of a message received at `received_at`: its steps
-    from now on, and the tasks it starts, run in that message's place."""
-    TURN_ORDER.set(received_at)
+@contextlib.contextmanager
+def serving(received_at: float) -> Iterator[None]:
+    """Within it, the running task is the turn of a message received at `received_at`: its
+    steps, and the tasks it starts, run in that message's place."""
+    token = TURN_ORDER.set(received_at)
+    try:
+        yield
+    finally:
+        TURN_ORDER.reset(token)
 
 
 class OldestFirst:
@@ -106,3 +112,9 @@ class OldestFirstLoop(asyncio.SelectorEventLoop):
 def new_loop() -> asyncio.AbstractEventLoop:
     """The loop for `asyncio.Runner(loop_factory=...)`."""
     return OldestFirstLoop()
+
+
+def run(main: Coroutine[Any, Any, _T]) -> _T:
+    """`asyncio.run(main)` on the oldest-first loop."""
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        return runner.run(main)

@@ -14,7 +14,7 @@ from aiohttp import web
 from botweave.agents import Agent
 from botweave.config import AgentConfig
 from botweave.model_client import prepared_on_loop
-from botweave.runtime.event_loop import OldestFirstLoop, new_loop, serving
+from botweave.runtime.event_loop import TURN_ORDER, OldestFirstLoop, new_loop, serving
 
 from tests.emulators.openai import OpenAIEmulator
 
@@ -26,10 +26,10 @@ def run_on(loop_factory: Callable[[], asyncio.AbstractEventLoop], scenario: Coro
 
 async def turn(name: str, received_at: float, steps: int, log: list[str]) -> None:
     """A turn that waits on something `steps` times (each wait is one pass of the loop)."""
-    serving(received_at)
-    for step in range(1, steps + 1):
-        log.append(f"{name}{step}")
-        await asyncio.sleep(0)
+    with serving(received_at):
+        for step in range(1, steps + 1):
+            log.append(f"{name}{step}")
+            await asyncio.sleep(0)
 
 
 async def younger_then_older(log: list[str]) -> None:
@@ -83,9 +83,9 @@ def test_timers_threads_sockets_and_cancellation_work_as_usual() -> None:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp keeps the bound socket there
         try:
-            serving(1.0)
-            async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/") as answer:
-                assert await answer.json() == {"ok": True}
+            with serving(1.0):
+                async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/") as answer:
+                    assert await answer.json() == {"ok": True}
         finally:
             await runner.cleanup()
 
@@ -125,3 +125,14 @@ def test_litellm_prepares_an_openai_request_in_place_on_this_loop() -> None:
     answer, handed = run_on(asyncio.SelectorEventLoop, scenario())  # the stock loop hands it over
     assert answer == "Answered in place."
     assert any(prepared_on_loop(fn) for fn in handed)
+
+
+def test_a_turns_place_ends_with_the_turn() -> None:
+    """A task that runs turns one after another (a stream consumer) is no turn in between."""
+
+    async def scenario() -> tuple[float | None, float | None]:
+        with serving(5.0):
+            inside = TURN_ORDER.get()
+        return inside, TURN_ORDER.get()
+
+    assert run_on(new_loop, scenario()) == (5.0, None)
