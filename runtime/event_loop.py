@@ -13,8 +13,9 @@ Everything that is not a turn's work (reading sockets, taking in updates, timers
 tasks) runs before any turn's, in its usual order, so nothing outside the turns can starve.
 See docs/performance.md for what it changed in the race.
 
-It relies on one detail of CPython's selector loop, its queue of ready callbacks; a loop
-without one (uvloop, another implementation) is used as it is.
+It relies on one detail of CPython's selector loop, its deque of ready callbacks: were that
+to change, the loop keeps the usual order. A program that runs `App.serve()` on a loop of
+its own (uvloop, say) keeps that loop's order too.
 """
 
 from __future__ import annotations
