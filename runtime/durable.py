@@ -272,6 +272,7 @@ class InboundStream:
         from redis.exceptions import ResponseError
 
         began = asyncio.get_running_loop().time()
+        asked = self._patience.clock()
         try:
             read = await self.redis.xreadgroup(
                 GROUP, self.consumer, {self.stream: ">"}, count=count, block=READ_BLOCK_MS
@@ -284,7 +285,7 @@ class InboundStream:
                 return []
             raise
         except passing_errors() as exc:
-            self._patience.failed(exc)
+            self._patience.failed(exc, began=asked)
             await _pause(stop, 0.5)
             return []
         self._patience.succeeded()
@@ -303,13 +304,14 @@ class InboundStream:
             if self._patience.troubled_within(QUIET_AFTER_OUTAGE_S):
                 continue  # the others' heartbeats were held up too: let them renew first
             began = loop.time()
+            asked = self._patience.clock()
             abandoned: list[tuple[str, dict[str, str]]] = []
             expired: list[tuple[str, dict[str, str]]] = []
             try:
                 abandoned = await self._rescue()
                 expired = await self._expired()
             except passing_errors() as exc:
-                self._patience.failed(exc)
+                self._patience.failed(exc, began=asked)
             except Exception as exc:  # noqa: BLE001 - the claim loop must survive anything
                 log.warning("looking for abandoned inbound items failed (%s); retrying", exc)
             if loop.time() - began > SLOW_READ_S:
@@ -391,12 +393,13 @@ class InboundStream:
             started = list(self._started)
             if not started:
                 continue
+            asked = self._patience.clock()
             try:
                 await self.redis.xclaim(
                     self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=started, justid=True
                 )
             except passing_errors() as exc:
-                self._patience.failed(exc)
+                self._patience.failed(exc, began=asked)
             except Exception:  # noqa: BLE001
                 log.debug("touching in-flight entries failed", exc_info=True)
 
@@ -563,10 +566,11 @@ class PlatformLeader:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             lease = Lease(self._redis, self._key, self._ttl, self._patience)
+            asked = self._patience.clock()
             try:
                 taken = await lease.try_acquire()
             except passing_errors() as exc:
-                self._patience.failed(exc)
+                self._patience.failed(exc, began=asked)
                 taken = False
             if not taken:
                 await _pause(stop, self._ttl / 3)

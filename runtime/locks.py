@@ -78,12 +78,13 @@ class Lease:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
+            asked = self._patience.clock()
             try:
                 if await self.try_acquire():
                     self._patience.succeeded()
                     return True
             except passing_errors() as exc:
-                self._patience.failed(exc)
+                self._patience.failed(exc, began=asked)
                 await asyncio.sleep(max(poll, 0.2))
             if deadline is not None and loop.time() >= deadline:
                 return False
@@ -100,10 +101,11 @@ class Lease:
                 return
             except asyncio.TimeoutError:
                 pass
+            asked = self._patience.clock()
             try:
                 renewed = await self._redis.eval(_RENEW, 1, self.key, self.token, int(self.ttl * 1000))
             except passing_errors() as exc:
-                self._patience.failed(exc)
+                self._patience.failed(exc, began=asked)
                 interval = min(self.ttl / 3, 0.5)  # try again soon; the lock is still ours
                 continue
             except Exception as exc:  # noqa: BLE001 - a heartbeat must not die of a surprise

@@ -55,12 +55,12 @@ class Patience:
     def down(self) -> bool:
         return self._down_since is not None
 
-    def failed(self, exc: BaseException, *, began: float | None = None) -> None:
-        """Note a failed operation; the first of an outage is logged. An operation that
-        `began` before the store last came back (a timeout that fired late) belongs to that
-        outage and does not open another."""
+    def failed(self, exc: BaseException, *, began: float) -> None:
+        """Note a failed operation that `began` at that time (the instance's clock); the
+        first of an outage is logged. One that began before the store last came back (a
+        timeout that fired late) belongs to that outage and does not open another."""
         self.errors += 1
-        if began is not None and began < self.recovered_at:
+        if began < self.recovered_at:
             return
         if self._down_since is None:
             self._down_since = self.clock()
