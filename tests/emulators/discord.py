@@ -55,6 +55,8 @@ from urllib.parse import quote, unquote
 
 from aiohttp import WSMsgType, web
 
+from tests.emulators.serving import client_gone
+
 GUILD_ID = "1000"
 CHANNEL_ID = "2000"  # #general, a guild text channel
 THREAD_ID = "2100"  # a public thread under #general
@@ -282,15 +284,6 @@ class Interaction:
         """Seconds from the dispatch to the first callback that arrived (accepted or not)."""
         return self.callbacks[0].delay if self.callbacks else None
 
-
-@web.middleware
-async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A client that went away mid-request (an adapter stopping, a process killed by a test)
-    is not a server error: answer it quietly, as the real API's front end drops the request."""
-    try:
-        return await handler(request)
-    except ConnectionResetError:
-        return web.Response(status=499, text="client closed the request")
 
 
 @dataclass
@@ -682,7 +675,7 @@ class DiscordEmulator:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> DiscordEmulator:
-        app = web.Application(middlewares=[_client_gone, self._middleware], client_max_size=4 * self.upload_limit)
+        app = web.Application(middlewares=[client_gone, self._middleware], client_max_size=4 * self.upload_limit)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/attachments/{tail:.+}", self._cdn)
         api = "/api/v10"

@@ -41,6 +41,8 @@ from typing import Any, Union
 import pytest_asyncio
 from aiohttp import web
 
+from tests.emulators.serving import client_gone
+
 DEFAULT_REPLY = "Hello from the emulator. It streams, too."
 DEFAULT_TRANSCRIPT = "Hello from the emulated transcription."
 #: What Whisper accepts, judged by the uploaded file's name like OpenAI does.
@@ -200,15 +202,6 @@ class Exchange:
         return bool(self.body.get("stream"))
 
 
-@web.middleware
-async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A client that went away mid-request (a worker killed by a test) is not a server error:
-    answer it quietly, as a real API's front end would drop the request."""
-    try:
-        return await handler(request)
-    except ConnectionResetError:
-        return web.Response(status=499, text="client closed the request")
-
 
 class OpenAIEmulator:
     def __init__(self, reply: str = DEFAULT_REPLY, *, delay: float = 0.0) -> None:
@@ -252,7 +245,7 @@ class OpenAIEmulator:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> str:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[_client_gone])
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[client_gone])
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)

@@ -52,6 +52,8 @@ from urllib.parse import parse_qs, quote, urlencode
 
 from aiohttp import ClientSession, WSMsgType, web
 
+from tests.emulators.serving import client_gone
+
 BOT_TOKEN = "xoxb-emulator-bot-token"
 APP_TOKEN = "xapp-emulator-app-token"
 SIGNING_SECRET = "emulator-signing-secret"
@@ -142,15 +144,6 @@ class Upload:
     message_ts: str | None = None  # the message that shared it
 
 
-@web.middleware
-async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A client that went away mid-request (an adapter stopping, a process killed by a test)
-    is not a server error: answer it quietly, as the real API's front end drops the request."""
-    try:
-        return await handler(request)
-    except ConnectionResetError:
-        return web.Response(status=499, text="client closed the request")
-
 
 class SlackEmulator:
     def __init__(self) -> None:
@@ -197,7 +190,7 @@ class SlackEmulator:
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=1024**3, middlewares=[_client_gone])
+        app = web.Application(client_max_size=1024**3, middlewares=[client_gone])
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket_mode)
         app.router.add_get("/files-pri/{ident}/{tail:.+}", self._serve_file)

@@ -48,6 +48,8 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
+from tests.emulators.serving import client_gone
+
 BOT_ID = 4242
 BOT_USERNAME = "ThisBot"
 TOKEN = "123:abc"
@@ -305,15 +307,6 @@ class CallbackAnswer:
         return None if self.delivered is None else self.at - self.delivered
 
 
-@web.middleware
-async def _client_gone(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A client that went away mid-request (an adapter stopping, a process killed by a test)
-    is not a server error: answer it quietly, as the real API's front end drops the request."""
-    try:
-        return await handler(request)
-    except ConnectionResetError:
-        return web.Response(status=499, text="client closed the request")
-
 
 class TelegramEmulator:
     """See the module docstring. Start with `await emu.start()`; stop with `await emu.stop()`."""
@@ -374,7 +367,7 @@ class TelegramEmulator:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> TelegramEmulator:
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[_client_gone])
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[client_gone])
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
