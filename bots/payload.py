@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -63,12 +64,14 @@ class Dropped(list[str]):
         return f"{path}.{key}" if path else key
 
 
-class Spec:
+class Spec(ABC):
     """What one field may hold; `check` returns the usable value or INVALID, and notes in
     `dropped` (when given) the path of anything inside that it left out."""
 
-    def check(self, value: Any, depth: int, dropped: Dropped | None = None, path: str = "") -> Any:
-        raise NotImplementedError
+    __slots__ = ()
+
+    @abstractmethod
+    def check(self, value: Any, depth: int, dropped: Dropped | None = None, path: str = "") -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
