@@ -54,6 +54,13 @@ async def a_request(emu: TelegramEmulator, chat_id: int, count: int = 1) -> dict
     return requests(emu, chat_id)[count - 1]
 
 
+async def ann_asks_for_the_transfer(emu: TelegramEmulator) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Ann asks for what needs approval in her private chat: the chat, and the request shown."""
+    chat = emu.private_chat(ANN)
+    emu.push_message(chat, ANN, CALL)
+    return chat, await a_request(emu, chat["id"])
+
+
 def texts(emu: TelegramEmulator, chat_id: int) -> list[str]:
     return emu.sent_texts(chat_id)
 
@@ -66,9 +73,7 @@ async def answered(emu: TelegramEmulator, query_id: str):
 async def test_approve_runs_the_tool_and_the_request_shows_who_approved(telegram_emulator, start_app):
     emu = telegram_emulator
     await start_app(config(emu))
-    chat = emu.private_chat(ANN)
-    emu.push_message(chat, ANN, CALL)
-    request = await a_request(emu, chat["id"])
+    chat, request = await ann_asks_for_the_transfer(emu)
 
     labels = [b["text"] for b in emu.buttons(chat["id"], request["message_id"])]
     assert labels == ["Approve", "Deny"]
@@ -117,9 +122,7 @@ async def test_someone_else_is_told_it_is_not_theirs_and_the_requester_denies(te
 async def test_no_answer_in_time_is_a_denial(telegram_emulator, start_app):
     emu = telegram_emulator
     await start_app(config(emu, approval_timeout_seconds=0.5))
-    chat = emu.private_chat(ANN)
-    emu.push_message(chat, ANN, CALL)
-    request = await a_request(emu, chat["id"])
+    chat, request = await ann_asks_for_the_transfer(emu)
     await wait_until(lambda: any("approval timed out" in t for t in texts(emu, chat["id"])), what="the timeout")
     assert approvaldemo.TRANSFERS == []
     shown = emu.current(chat["id"], request["message_id"])
@@ -132,9 +135,7 @@ async def test_no_answer_in_time_is_a_denial(telegram_emulator, start_app):
 async def test_stop_while_waiting_withdraws_the_request(telegram_emulator, start_app):
     emu = telegram_emulator
     await start_app(config(emu))
-    chat = emu.private_chat(ANN)
-    emu.push_message(chat, ANN, CALL)
-    request = await a_request(emu, chat["id"])
+    chat, request = await ann_asks_for_the_transfer(emu)
     emu.push_message(chat, ANN, "/stop")
     await wait_until(
         lambda: "Withdrawn" in (emu.current(chat["id"], request["message_id"]).get("text") or ""),
@@ -171,9 +172,7 @@ async def test_a_request_pending_at_shutdown_is_reported_expired_after_a_restart
     url = f"sqlite:///{tmp_path / 'state.db'}"
     first = App.from_config(config(emu, store=url))
     await first.start()
-    chat = emu.private_chat(ANN)
-    emu.push_message(chat, ANN, CALL)
-    request = await a_request(emu, chat["id"])
+    chat, request = await ann_asks_for_the_transfer(emu)
     await first.stop(timeout=0.2)  # the turn waiting for an answer is cut off
 
     second = App.from_config(config(emu, store=url))
@@ -209,9 +208,7 @@ async def test_a_press_reaching_the_ingress_process_resolves_the_turn_waiting_in
     await worker.start()
     await ingress.start()
     try:
-        chat = emu.private_chat(ANN)
-        emu.push_message(chat, ANN, CALL)
-        request = await a_request(emu, chat["id"])
+        chat, request = await ann_asks_for_the_transfer(emu)
         assert worker.approvals._wakeups and not ingress.approvals._wakeups, "the worker's turn is the one waiting"
 
         bob = emu.press((chat["id"], request["message_id"]), BOB, "Approve")

@@ -324,27 +324,37 @@ class Flaky(MemoryStore):
     async def get(self, key):
         self.calls += 1
         if not self.healthy:
-            raise StoreOutage("redis: TimeoutError: Timeout reading from socket")
+            raise StoreOutage(TIMEOUT)
         return await super().get(key)
+
+    async def recover(self, after: float) -> None:
+        await asyncio.sleep(after)
+        self.healthy = True
+
+
+TIMEOUT = "redis: TimeoutError: Timeout reading from socket"
+
+
+def outage_lines(caplog) -> tuple[list[str], int, int]:
+    """The patience log: its lines, how many said the store stopped answering, how many that
+    it answers again."""
+    lines = [r.getMessage() for r in caplog.records]
+    return lines, sum("is not answering" in line for line in lines), sum("answers again" in line for line in lines)
 
 
 async def test_a_patient_store_waits_out_an_outage_and_warns_once(caplog):
     inner = Flaky()
     patient = PatientStore(inner, grace=10)
 
-    async def recover() -> None:
-        await asyncio.sleep(0.8)
-        inner.healthy = True
-
     with caplog.at_level(logging.WARNING, logger="botweave.store.patient"):
-        recovering = asyncio.create_task(recover())
+        recovering = asyncio.create_task(inner.recover(after=0.8))
         results = await asyncio.gather(*(patient.get("k") for _ in range(5)))
         await recovering
     assert results == [None] * 5
     assert inner.calls > 5, "the operations were retried"
-    lines = [r.getMessage() for r in caplog.records]
-    assert sum("is not answering" in line for line in lines) == 1, lines
-    assert sum("answers again" in line for line in lines) == 1, lines
+    lines, stopped, back = outage_lines(caplog)
+    assert stopped == 1, lines
+    assert back == 1, lines
     assert not any(r.exc_info for r in caplog.records), "no tracebacks"
 
 
@@ -352,31 +362,23 @@ async def test_a_call_that_times_out_after_the_store_came_back_does_not_report_a
     """Calls sent while the store stood still time out one by one, some after others already
     got answers: they belong to the outage that ended, not to a new one."""
 
-    class SlowToFail(MemoryStore):
-        def __init__(self) -> None:
-            super().__init__()
-            self.healthy = False
-
+    class SlowToFail(Flaky):
         async def get(self, key):
             if not self.healthy:
                 await asyncio.sleep(0.3 if key == "stuck" else 0.05)  # "stuck" was sent into the pause
-                if key == "stuck" or not self.healthy:
-                    raise StoreOutage("redis: TimeoutError: Timeout reading from socket")
+                if key == "stuck":
+                    raise StoreOutage(TIMEOUT)
             return await super().get(key)
 
     inner = SlowToFail()
     patient = PatientStore(inner, grace=10)
 
-    async def recover() -> None:
-        await asyncio.sleep(0.1)
-        inner.healthy = True
-
     with caplog.at_level(logging.WARNING, logger="botweave.store.patient"):
-        answers = await asyncio.gather(patient.get("first"), patient.get("stuck"), recover())
+        answers = await asyncio.gather(patient.get("first"), patient.get("stuck"), inner.recover(after=0.1))
     assert answers[:2] == [None, None]  # both answered in the end
-    lines = [r.getMessage() for r in caplog.records]
-    assert sum("is not answering" in line for line in lines) == 1, lines
-    assert sum("answers again" in line for line in lines) == 1, lines
+    lines, stopped, back = outage_lines(caplog)
+    assert stopped == 1, lines
+    assert back == 1, lines
 
 
 async def test_a_patient_store_gives_up_after_its_grace():

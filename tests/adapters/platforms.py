@@ -240,6 +240,26 @@ def speaker_of_telegram_post(message: dict[str, Any]) -> tuple[str, str]:
     return name[:-1], text[len(name) + 1 :]
 
 
+def discord_adapter(emu: DiscordEmulator) -> DiscordAdapter:
+    return DiscordAdapter(DiscordConfig(token=discord_emulator.TOKEN, api_base_url=emu.api_base, gateway_url=emu.gateway_url))
+
+
+async def discord_into_a_list() -> tuple[DiscordEmulator, DiscordAdapter, list[Item]]:
+    """A Discord emulator and a started adapter handing what it receives to a list (no
+    runtime): for tests of what the adapter makes of gateway payloads."""
+    emu = await DiscordEmulator().start()
+    received: list[Item] = []
+
+    async def sink(item: Item) -> None:
+        received.append(item)
+
+    adapter = discord_adapter(emu)
+    adapter.bind(sink)
+    await adapter.start()
+    await emu.wait_ready()
+    return emu, adapter, received
+
+
 class DiscordDriver(PlatformDriver):
     name = "discord"
     drops_own_posts = True
@@ -256,9 +276,7 @@ class DiscordDriver(PlatformDriver):
         await self.emu.stop()
 
     def make_adapter(self) -> Adapter:
-        return DiscordAdapter(
-            DiscordConfig(token=discord_emulator.TOKEN, api_base_url=self.emu.api_base, gateway_url=self.emu.gateway_url)
-        )
+        return discord_adapter(self.emu)
 
     def text_of(self, message_id: str) -> str | None:
         message = self.emu.messages.get(message_id)

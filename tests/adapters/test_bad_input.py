@@ -19,15 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from botweave.adapters.discord.adapter import DiscordAdapter
-from botweave.adapters.discord.config import DiscordConfig
 from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.types import BotMessage, PlatformEvent
 
-from tests.emulators import discord as discord_emulator
-from tests.emulators.discord import CHANNEL_ID, DM_CHANNEL_ID, DiscordEmulator
+from tests.adapters.platforms import discord_into_a_list
+from tests.emulators.discord import CHANNEL_ID, DM_CHANNEL_ID
 from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.slack import (
     SIGNING_SECRET,
@@ -180,7 +178,7 @@ def signed(body: bytes, *, timestamp: int | None = None, content_type: str = "ap
 async def slack() -> AsyncIterator[Callable[..., Awaitable[tuple[SlackEmulator, SlackAdapter, list[Item], str]]]]:
     started: list[tuple[SlackEmulator, SlackAdapter]] = []
 
-    async def start(**overrides: Any) -> tuple[SlackEmulator, SlackAdapter, list[Item], str]:
+    async def start(mode: str = "http", **overrides: Any) -> tuple[SlackEmulator, SlackAdapter, list[Item], str]:
         emu = SlackEmulator()
         await emu.start()
         emu.add_user("U0ALICE", "Alice")
@@ -190,7 +188,7 @@ async def slack() -> AsyncIterator[Callable[..., Awaitable[tuple[SlackEmulator, 
         async def sink(item: Item) -> None:
             received.append(item)
 
-        adapter = SlackAdapter(SlackConfig(**slack_section(emu, "http", **overrides)))
+        adapter = SlackAdapter(SlackConfig(**slack_section(emu, mode, **overrides)))
         adapter.bind(sink)
         await adapter.start()
         started.append((emu, adapter))
@@ -279,49 +277,23 @@ async def test_an_interaction_nobody_listens_for_is_not_a_server_error(slack, ca
     assert not [r for r in caplog.records if "Unhandled request" in r.getMessage()]
 
 
-async def test_socket_mode_payloads_are_sanitised_too(caplog):
-    emu = SlackEmulator()
-    await emu.start()
-    emu.add_user("U0ALICE", "Alice")
-    emu.add_channel("C0GENERAL", "channel")
-    received: list[Item] = []
-
-    async def sink(item: Item) -> None:
-        received.append(item)
-
-    adapter = SlackAdapter(SlackConfig(**slack_section(emu, "socket")))
-    adapter.bind(sink)
-    await adapter.start()
-    try:
-        event = emu.post_as_user("C0GENERAL", "U0ALICE", "over the socket")
-        acked = await emu.send_envelope(dict(event_callback(event), enterprise=[1], authorizations={"a": 1}))
-        assert acked.acked.is_set()
-        junk = await emu.send_envelope({"not": "an envelope"})
-        assert junk.acked.is_set()
-        await settled(adapter)
-        assert [i.text for i in received if isinstance(i, BotMessage)] == ["over the socket"]
-        assert tracebacks(caplog) == []
-    finally:
-        await adapter.stop()
-        await emu.stop()
+async def test_socket_mode_payloads_are_sanitised_too(slack, caplog):
+    emu, adapter, received, _ = await slack("socket")
+    event = emu.post_as_user("C0GENERAL", "U0ALICE", "over the socket")
+    acked = await emu.send_envelope(dict(event_callback(event), enterprise=[1], authorizations={"a": 1}))
+    assert acked.acked.is_set()
+    junk = await emu.send_envelope({"not": "an envelope"})
+    assert junk.acked.is_set()
+    await settled(adapter)
+    assert [i.text for i in received if isinstance(i, BotMessage)] == ["over the socket"]
+    assert tracebacks(caplog) == []
 
 
 # --- Discord gateway ----------------------------------------------------------------------------
 
 
 async def test_discord_fields_of_the_wrong_type_are_absent_and_the_connection_stays(caplog):
-    emu = await DiscordEmulator().start()
-    received: list[Item] = []
-
-    async def sink(item: Item) -> None:
-        received.append(item)
-
-    adapter = DiscordAdapter(
-        DiscordConfig(token=discord_emulator.TOKEN, api_base_url=emu.api_base, gateway_url=emu.gateway_url)
-    )
-    adapter.bind(sink)
-    await adapter.start()
-    await emu.wait_ready()
+    emu, adapter, received = await discord_into_a_list()
     try:
         base = emu.message("fine", channel_id=DM_CHANNEL_ID, store=False)
         broken = [

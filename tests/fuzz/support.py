@@ -15,12 +15,13 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aiohttp
 from botweave.types import BotChannel, BotMessage, BotUser, PlatformEvent, QuotedRef
 
 #: Everything a normaliser hands on must survive the trip to the model: JSON with every
@@ -79,8 +80,16 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     tracebacks: int = 0
 
-    def item(self, item: Any) -> None:
-        self.outcomes["message" if isinstance(item, BotMessage) else "event"] += 1
+    def handed_on(self, items: Iterable[Any], *, none: str | None = None) -> None:
+        """Check and count what a normaliser handed on; `none` names the outcome of handing on
+        nothing."""
+        counted = 0
+        for item in items:
+            assert_well_formed(item)
+            self.outcomes["message" if isinstance(item, BotMessage) else "event"] += 1
+            counted += 1
+        if not counted and none is not None:
+            self.outcomes[none] += 1
 
     def report(self) -> None:
         path = os.environ.get("BOTWEAVE_FUZZ_REPORT")
@@ -122,4 +131,16 @@ def counting_tracebacks(tally: Tally) -> Iterator[_TracebackCounter]:
 
 def describe(records: list[logging.LogRecord]) -> str:
     return "\n".join(f"{r.name}: {r.getMessage()}" for r in records[:5])
+
+
+async def new_session() -> aiohttp.ClientSession:
+    """A client session made inside the runner's loop (aiohttp binds it to the running loop)."""
+    return aiohttp.ClientSession()
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST `body` to an endpoint under test; its status."""
+    async with session.post(url, data=body, headers=headers) as response:
+        await response.read()
+        return response.status
 

@@ -12,16 +12,15 @@ import asyncio
 import copy
 from typing import Any
 
-from botweave.adapters.discord.adapter import DiscordAdapter
-from botweave.adapters.discord.config import DiscordConfig
-from botweave.types import BotMessage, PlatformEvent
+from botweave.types import BotMessage
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.adapters.platforms import discord_into_a_list
 from tests.emulators import discord as discord_emulator
 from tests.emulators.discord import CHANNEL_ID, DM_CHANNEL_ID, GUILD_ID, DiscordEmulator, thread, user
 from tests.fuzz.strategies import mutated
-from tests.fuzz.support import Tally, assert_well_formed, counting_tracebacks, describe
+from tests.fuzz.support import Tally, counting_tracebacks, describe
 
 
 def real_dispatches(emu: DiscordEmulator) -> list[tuple[str, dict[str, Any]]]:
@@ -53,22 +52,6 @@ def real_dispatches(emu: DiscordEmulator) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-async def _start() -> tuple[DiscordEmulator, DiscordAdapter, list[Any]]:
-    emu = await DiscordEmulator().start()
-    received: list[Any] = []
-
-    async def sink(item: BotMessage | PlatformEvent) -> None:
-        received.append(item)
-
-    adapter = DiscordAdapter(
-        DiscordConfig(token=discord_emulator.TOKEN, api_base_url=emu.api_base, gateway_url=emu.gateway_url)
-    )
-    adapter.bind(sink)
-    await adapter.start()
-    await emu.wait_ready()
-    return emu, adapter, received
-
-
 async def _deliver(emu: DiscordEmulator, received: list[Any], event: str, data: Any, barrier: int) -> list[Any]:
     """Send one dispatch, then a message whose arrival shows the first one was read; what
     the adapter handed on for the first one."""
@@ -88,7 +71,7 @@ async def _deliver(emu: DiscordEmulator, received: list[Any], event: str, data: 
 def test_any_gateway_dispatch_becomes_items_or_a_skip_and_the_connection_stays() -> None:
     tally = Tally("discord gateway normaliser")
     with asyncio.Runner() as runner, counting_tracebacks(tally) as tracebacks:
-        emu, adapter, received = runner.run(_start())
+        emu, adapter, received = runner.run(discord_into_a_list())
         dispatches = real_dispatches(emu)
         counter = iter(range(10**9))
         try:
@@ -99,11 +82,7 @@ def test_any_gateway_dispatch_becomes_items_or_a_skip_and_the_connection_stays()
                 event, data = dispatch
                 tally.tried += 1
                 items = runner.run(_deliver(emu, received, event, data, next(counter)))
-                for item in items:
-                    assert_well_formed(item)
-                    tally.item(item)
-                if not items:
-                    tally.outcomes["skipped"] += 1
+                tally.handed_on(items, none="skipped")
 
             example()
             assert emu.connected and len(emu.calls("GET", "/users/@me")) == 1  # never reconnected or logged in again

@@ -16,7 +16,6 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-import aiohttp
 from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.ingress import FailedAuthLimit
@@ -34,7 +33,7 @@ from tests.emulators.slack import (
     slash_command,
 )
 from tests.fuzz.strategies import encode, mutated, raw_bodies
-from tests.fuzz.support import Tally, assert_well_formed, counting_tracebacks, describe
+from tests.fuzz.support import Tally, counting_tracebacks, describe, new_session, post
 
 CHANNEL, ALICE = "C0GENERAL", "U0ALICE"
 
@@ -113,11 +112,7 @@ def test_the_normaliser_turns_any_event_into_an_item_or_a_skip() -> None:
                 body = json.loads(encode(body))
                 event = body.get("event") if isinstance(body, dict) else body
                 item = runner.run(inbound.normalise(event, body))
-                if item is None:
-                    tally.outcomes["skipped"] += 1
-                else:
-                    assert_well_formed(item)
-                    tally.item(item)
+                tally.handed_on([] if item is None else [item], none="skipped")
 
             example()
             item = runner.run(inbound.normalise(bodies[0]["event"], bodies[0]))
@@ -157,18 +152,13 @@ def _form(fields: dict[Any, Any]) -> bytes:
     return urlencode({str(k): str(v) for k, v in fields.items()}, errors="surrogatepass").encode()
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> int:
-    async with session.post(url, data=body, headers=headers) as response:
-        await response.read()
-        return response.status
-
 
 def test_the_endpoint_verifies_before_parsing_and_answers_every_request() -> None:
     tally = Tally("slack http endpoint")
     with asyncio.Runner() as runner, counting_tracebacks(tally) as tracebacks:
         emu, adapter, received = runner.run(_start())
         url = f"http://127.0.0.1:{adapter.http_port}{adapter.config.http_path}"
-        session = runner.run(_session())
+        session = runner.run(new_session())
         envelopes = st.sampled_from(real_bodies(emu))
         command = slash_command("/new", "some args", user=ALICE, channel=CHANNEL, channel_name="general")
         press = interaction(emu)
@@ -190,22 +180,20 @@ def test_the_endpoint_verifies_before_parsing_and_answers_every_request() -> Non
                 body, content_type = request
                 tally.tried += 1
                 before = len(received)
-                status = runner.run(_post(session, url, body, _headers(signed, body, content_type)))
+                status = runner.run(post(session, url, body, _headers(signed, body, content_type)))
                 tally.statuses[status] += 1
                 if signed != SIGNED:
                     assert status == 401, status
                 else:
                     assert status in (200, 400), status
                 runner.run(_settled(adapter))
-                for item in received[before:]:
-                    assert_well_formed(item)
-                    tally.item(item)
+                tally.handed_on(received[before:])
 
             example()
             before = len(received)
             valid = event_callback(emu.post_as_user(CHANNEL, ALICE, "still listening?"))
             body = json.dumps(valid).encode()
-            assert runner.run(_post(session, url, body, _headers(SIGNED, body, "application/json"))) == 200
+            assert runner.run(post(session, url, body, _headers(SIGNED, body, "application/json"))) == 200
             runner.run(_settled(adapter))
             assert [i.text for i in received[before:]] == ["still listening?"]
         finally:
@@ -215,9 +203,6 @@ def test_the_endpoint_verifies_before_parsing_and_answers_every_request() -> Non
     assert tracebacks.records == [], describe(tracebacks.records)
     tally.report()
 
-
-async def _session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession()
 
 
 async def _settled(adapter: SlackAdapter) -> None:

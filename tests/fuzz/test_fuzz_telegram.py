@@ -13,7 +13,6 @@ import asyncio
 import json
 from typing import Any
 
-import aiohttp
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.adapters.telegram.schema import read_update
 from botweave.ingress import FailedAuthLimit
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.emulators.telegram import TelegramEmulator, adapter_config, png_bytes
 from tests.fuzz.strategies import encode, mutated, raw_bodies
-from tests.fuzz.support import Tally, assert_well_formed, counting_tracebacks, describe
+from tests.fuzz.support import Tally, counting_tracebacks, describe, new_session, post
 
 ANN = TelegramEmulator.user(1, "Ann", "ann")
 SECRET = "fuzz-secret-token"
@@ -93,11 +92,7 @@ def test_the_normaliser_turns_any_update_into_items_or_a_skip(unused_tcp_port: i
                     tally.outcomes["skipped"] += 1
                     return
                 items = adapter.inbound.normalise(update)
-                for item in items:
-                    assert_well_formed(item)
-                    tally.item(item)
-                if not items:
-                    tally.outcomes["nothing"] += 1
+                tally.handed_on(items, none="nothing")
 
             example()
             valid = read_update(UPDATES[0], bot)
@@ -109,10 +104,6 @@ def test_the_normaliser_turns_any_update_into_items_or_a_skip(unused_tcp_port: i
     assert tracebacks.records == [], describe(tracebacks.records)
     tally.report()
 
-
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> int:
-    async with session.post(url, data=body, headers=headers) as response:
-        return response.status
 
 
 HEADERS = st.sampled_from([JSON] * 6 + [
@@ -130,14 +121,14 @@ def test_the_webhook_answers_every_request_and_still_takes_updates(unused_tcp_po
     with asyncio.Runner() as runner, counting_tracebacks(tally) as tracebacks:
         emu, adapter, received = runner.run(_start(unused_tcp_port))
         url = f"http://127.0.0.1:{unused_tcp_port}/tg"
-        session = runner.run(_session())
+        session = runner.run(new_session())
         try:
 
             @given(body=BODIES, headers=HEADERS)
             def example(body: bytes, headers: dict[str, str]) -> None:
                 tally.tried += 1
                 before = len(received)
-                status = runner.run(_post(session, url, body, headers))
+                status = runner.run(post(session, url, body, headers))
                 tally.statuses[status] += 1
                 if headers.get("X-Telegram-Bot-Api-Secret-Token") != SECRET:
                     assert status == 403
@@ -145,14 +136,12 @@ def test_the_webhook_answers_every_request_and_still_takes_updates(unused_tcp_po
                     assert status == 415
                 else:
                     assert status == 200, status  # never 500: the runtime took everything it was given
-                for item in received[before:]:
-                    assert_well_formed(item)
-                    tally.item(item)
+                tally.handed_on(received[before:])
 
             example()
             before = len(received)
             valid = dict(UPDATES[0], update_id=10**6)
-            assert runner.run(_post(session, url, json.dumps(valid).encode(), JSON)) == 200
+            assert runner.run(post(session, url, json.dumps(valid).encode(), JSON)) == 200
             assert [i.text for i in received[before:] if isinstance(i, BotMessage)] == [UPDATES[0]["message"]["text"]]
         finally:
             runner.run(session.close())
@@ -161,7 +150,4 @@ def test_the_webhook_answers_every_request_and_still_takes_updates(unused_tcp_po
     assert tracebacks.records == [], describe(tracebacks.records)
     tally.report()
 
-
-async def _session() -> aiohttp.ClientSession:
-    return aiohttp.ClientSession()
 
