@@ -15,11 +15,12 @@ moved one keeps doing that step (slower, never wrong). `quieted` says which were
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -220,12 +221,21 @@ class ModelCallExecutor(ThreadPoolExecutor):
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if not prepared_on_loop(fn):
             return super().submit(fn, *args, **kwargs)
-        done: Future[Any] = Future()
-        try:
-            done.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller, as a thread would
-            done.set_exception(exc)
-        return done
+        return settled(Future(), fn, *args, **kwargs)
+
+
+#: A thread pool's future or an event loop's: both are settled the same way.
+F = TypeVar("F", Future[Any], asyncio.Future[Any])
+
+
+def settled(future: F, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> F:
+    """`future`, done with what `fn(*args, **kwargs)` returned or raised right here: work an
+    executor would have run in a thread (the caller gets an exception the same way)."""
+    try:
+        future.set_result(fn(*args, **kwargs))
+    except BaseException as exc:  # handed to the caller, as a thread would
+        future.set_exception(exc)
+    return future
 
 
 def prepared_on_loop(fn: Any) -> bool:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Executor
 from typing import Any, TypeVar, TypeVarTuple, Unpack
 
-from botweave.model_client import prepared_on_loop
+from botweave.model_client import prepared_on_loop, settled
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -79,9 +79,6 @@ class OldestFirst:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def __bool__(self) -> bool:
-        return bool(self._heap)
-
 
 class OldestFirstLoop(asyncio.SelectorEventLoop):
     """The selector loop with `OldestFirst` as its ready queue. It also prepares litellm's
@@ -100,14 +97,7 @@ class OldestFirstLoop(asyncio.SelectorEventLoop):
     ) -> asyncio.Future[_T]:
         if executor is not None or not prepared_on_loop(func):
             return super().run_in_executor(executor, func, *args)
-        done: asyncio.Future[_T] = self.create_future()
-        try:
-            done.set_result(func(*args))
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:  # handed to the caller, as the executor would
-            done.set_exception(exc)
-        return done
+        return settled(self.create_future(), func, *args)
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
