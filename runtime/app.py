@@ -727,27 +727,30 @@ class App:
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
         with serving(received_at(msg)):  # its place in the event loop, if the loop is oldest-first
-            adapter = self.adapters.get(msg.platform)
-            if adapter is None:
-                log.warning("message from platform %r that has no adapter; dropped", msg.platform)
-                return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
-            config = self._platform_configs[msg.platform]
-            reply = ReplyChannel(self.delivery, adapter, msg, config)
-            if durable:
-                # A recorded item may be running again after a crash: a turn that committed is
-                # finished by delivering what it committed, never decided afresh.
-                resumed = await self.turn.resume(msg, reply)
-                if resumed is not None:
-                    return resumed
-            try:
-                return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
-            except outage_errors():
-                raise  # not a failure of the turn: it runs again once the store is back
-            except Exception as exc:
-                # Nothing vanishes silently: the sender hears that this message got no answer.
-                log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
-                await self.control.tell_failure(reply)
-                return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
+            return await self._answer(msg, durable=durable)
+
+    async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
+        adapter = self.adapters.get(msg.platform)
+        if adapter is None:
+            log.warning("message from platform %r that has no adapter; dropped", msg.platform)
+            return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
+        config = self._platform_configs[msg.platform]
+        reply = ReplyChannel(self.delivery, adapter, msg, config)
+        if durable:
+            # A recorded item may be running again after a crash: a turn that committed is
+            # finished by delivering what it committed, never decided afresh.
+            resumed = await self.turn.resume(msg, reply)
+            if resumed is not None:
+                return resumed
+        try:
+            return await self.pipeline(Inbound(msg, adapter, config, reply, self.router.resolve(msg)))
+        except outage_errors():
+            raise  # not a failure of the turn: it runs again once the store is back
+        except Exception as exc:
+            # Nothing vanishes silently: the sender hears that this message got no answer.
+            log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
+            await self.control.tell_failure(reply)
+            return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
 
     async def _from_stream(self, item: BotMessage | PlatformEvent) -> TurnOutcome:
         token = _RECORDED.set("stream")
