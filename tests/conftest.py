@@ -10,6 +10,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
+
+from tests.emulators.openai import OpenAIEmulator
+from tests.emulators.telegram import TelegramEmulator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -138,3 +142,22 @@ async def store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[
     await redis.connect()
     yield redis
     await redis.close()
+
+
+@pytest_asyncio.fixture
+async def openai_emulator() -> AsyncIterator[OpenAIEmulator]:
+    emulator = OpenAIEmulator()
+    await emulator.start()
+    try:
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
+@pytest_asyncio.fixture
+async def telegram_emulator() -> AsyncIterator[TelegramEmulator]:
+    emu = await TelegramEmulator().start()
+    try:
+        yield emu
+    finally:
+        await emu.stop()

@@ -18,7 +18,6 @@ from tests import approvaldemo
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from tests.emulators.telegram import telegram_emulator, wait_until  # noqa: F401  (fixture)
+from tests.emulators.telegram import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 

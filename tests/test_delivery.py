@@ -22,7 +22,7 @@ from botweave.store import Store
 
 from tests.emulators.discord import DM_CHANNEL_ID, TOKEN, DiscordEmulator
 from tests.emulators.slack import SlackEmulator, event_callback, slack_section
-from tests.emulators.telegram import TelegramEmulator, adapter_config, telegram_emulator, wait_until  # noqa: F401
+from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 
 DM, ALICE = "D0ALICE", "U0ALICE"
 HEARD = "assistant (offline echo) heard: "

@@ -19,7 +19,7 @@ import yaml
 
 from tests import crashlab
 from tests.emulators.openai import OpenAIEmulator
-from tests.emulators.telegram import TelegramEmulator, telegram_emulator, wait_until  # noqa: F401
+from tests.emulators.telegram import TelegramEmulator, wait_until
 
 TAKEOVER_LIMIT_S = 15.0
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from botweave.runtime.doctor import doctor
 
-from tests.emulators.openai import OpenAIEmulator, openai_emulator  # noqa: F401  (fixture)
-from tests.emulators.telegram import TelegramEmulator, telegram_emulator  # noqa: F401  (fixture)
+from tests.emulators.openai import OpenAIEmulator
+from tests.emulators.telegram import TelegramEmulator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ import yaml
 from aiohttp import web
 
 from tests.emulators.openai import OpenAIEmulator
-from tests.emulators.telegram import TelegramEmulator, telegram_emulator, wait_until  # noqa: F401
+from tests.emulators.telegram import TelegramEmulator, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = [sys.executable, "-m", "botweave"]

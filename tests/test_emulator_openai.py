@@ -14,7 +14,7 @@ import aiohttp
 import litellm
 import pytest
 
-from tests.emulators.openai import OpenAIEmulator, Reply, ToolCall, openai_emulator, tool_call  # noqa: F401
+from tests.emulators.openai import OpenAIEmulator, Reply, ToolCall, tool_call
 
 MODEL = "openai/gpt-4o-mini"
 WEATHER = {

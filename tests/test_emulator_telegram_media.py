@@ -18,7 +18,6 @@ from tests.emulators.telegram import (
     MAX_DOWNLOAD,
     TelegramEmulator,
     png_bytes,
-    telegram_emulator,  # noqa: F401
     wait_until,
 )
 

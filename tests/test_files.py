@@ -30,7 +30,6 @@ from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
     png_bytes,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

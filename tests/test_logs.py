@@ -13,8 +13,8 @@ from pathlib import Path
 
 from botweave.runtime.logs import JsonFormatter
 
-from tests.emulators.openai import OpenAIEmulator, Reply, openai_emulator  # noqa: F401  (fixture)
-from tests.emulators.telegram import TelegramEmulator, telegram_emulator, wait_until  # noqa: F401  (fixture)
+from tests.emulators.openai import OpenAIEmulator, Reply
+from tests.emulators.telegram import TelegramEmulator, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ANN = TelegramEmulator.user(1, "Ann", "ann")

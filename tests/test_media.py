@@ -20,13 +20,12 @@ import pytest_asyncio
 from botweave import App
 
 from tests.emulators import discord as discord_emulator
-from tests.emulators.openai import DEFAULT_TRANSCRIPT, OpenAIEmulator, Reply, openai_emulator, text_of  # noqa: F401
+from tests.emulators.openai import DEFAULT_TRANSCRIPT, OpenAIEmulator, Reply, text_of
 from tests.emulators.slack import EventDelivery, SlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
     png_bytes,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

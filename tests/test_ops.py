@@ -22,11 +22,10 @@ from botweave.runtime.turn_control import FAILED_NOTICE
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
-from tests.emulators.openai import OpenAIEmulator, Reply, openai_emulator  # noqa: F401  (fixture)
+from tests.emulators.openai import OpenAIEmulator, Reply
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

@@ -17,7 +17,7 @@ from botweave import App
 from botweave.runtime.app import EXIT_OK, EXIT_PLATFORM
 
 from tests.conftest import free_port
-from tests.emulators.telegram import TelegramEmulator, adapter_config, telegram_emulator  # noqa: F401  (fixture)
+from tests.emulators.telegram import TelegramEmulator, adapter_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "import sys\nfrom botweave import App\n\nsys.exit(App.from_config(sys.argv[1]).run())\n"

@@ -28,7 +28,6 @@ from botweave.push import NotificationCategory
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

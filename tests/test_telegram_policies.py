@@ -27,7 +27,6 @@ from botweave.policies.access_control import TRY_LATER
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 

@@ -22,7 +22,6 @@ from tests.emulators.slack import BOT_USER_ID, EventDelivery, SlackEmulator, eve
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

@@ -20,7 +20,6 @@ from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import RecordingAdapter, StartApp, _Recorder, config, message

@@ -36,7 +36,6 @@ from tests.emulators.slack import (
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 

@@ -22,7 +22,6 @@ from telegram import Message
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 from tests.support import StartApp

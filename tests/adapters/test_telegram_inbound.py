@@ -17,7 +17,6 @@ from tests.emulators.telegram import (
     BOT_ID,
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 

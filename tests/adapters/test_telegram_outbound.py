@@ -17,7 +17,6 @@ from telegram.error import NetworkError, TelegramError, TimedOut
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
 )
 
 ANN = TelegramEmulator.user(1, "Ann", "ann")

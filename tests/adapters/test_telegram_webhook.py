@@ -22,7 +22,6 @@ from botweave.types import BotMessage, PlatformEvent
 from tests.emulators.telegram import (
     TelegramEmulator,
     adapter_config,
-    telegram_emulator,  # noqa: F401  (fixture)
     wait_until,
 )
 

@@ -34,11 +34,10 @@ import math
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-import pytest_asyncio
 from aiohttp import web
 
 from tests.emulators.serving import client_gone
@@ -634,13 +633,3 @@ def _same_json(left: Any, right: Any) -> bool:
         return json.loads(left) == json.loads(right)
     except (TypeError, ValueError):
         return left == right
-
-
-@pytest_asyncio.fixture
-async def openai_emulator() -> AsyncIterator[OpenAIEmulator]:
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    try:
-        yield emulator
-    finally:
-        await emulator.stop()

@@ -40,12 +40,11 @@ import struct
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import pytest_asyncio
 from aiohttp import web
 
 from tests.emulators.serving import client_gone
@@ -1397,12 +1396,3 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: s
 def adapter_config(emu: TelegramEmulator, **overrides: Any) -> dict[str, Any]:
     """A TelegramConfig mapping pointing python-telegram-bot at the emulator."""
     return {"token": emu.token, "api_base_url": emu.api_base_url, "poll_timeout": 2, **overrides}
-
-
-@pytest_asyncio.fixture
-async def telegram_emulator() -> AsyncIterator[TelegramEmulator]:
-    emu = await TelegramEmulator().start()
-    try:
-        yield emu
-    finally:
-        await emu.stop()
