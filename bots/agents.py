@@ -1,80 +1,25 @@
-"""Agents: a named model with instructions and tools, answering from the conversation's history.
-
-litellm is imported on first use, not at import time: it costs seconds to import and would
-otherwise slow `botweave --help` and every `import bots`.
-"""
+"""Agents: a named model with instructions and tools, answering from the conversation's history."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
 import logging
 import mimetypes
-import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
-from botweave.model_client import direct_chunks, quiet
+from botweave.model_calls import CallPart, InProcess, ModelCallFailed, ModelCalls
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
 
 log = logging.getLogger(__name__)
-
-
-@cache
-def litellm_module() -> Any:
-    """Import litellm once, offline-safe, with the offline model registered and without the
-    per-call pricing and logging nobody here reads (see model_client)."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-    from botweave.offline_model import register
-
-    litellm.suppress_debug_info = True
-    register(litellm)
-    quiet(litellm)
-    return litellm
-
-
-_imported = False
-
-
-async def load_litellm() -> Any:
-    """litellm, imported in a worker thread the first time: the import takes seconds, and an
-    event loop blocked that long freezes everything else the process serves (a terminal's
-    prompt, health checks, other conversations)."""
-    global _imported
-    if not _imported:
-        await asyncio.to_thread(litellm_module)
-        _imported = True
-    return litellm_module()
-
-
-def _usage(response: Any) -> tuple[int, int]:
-    """(prompt, completion) tokens a response or stream chunk reports; zeros when it has none."""
-    usage = getattr(response, "usage", None)
-    if usage is None:
-        return 0, 0
-    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
-
-
-@cache
-def _reports_stream_usage(litellm: Any, model: str) -> bool:
-    """Whether litellm can ask this model's provider for token counts at the end of a stream
-    (`stream_options`); a provider that does not know the option would refuse the request."""
-    try:
-        provider = litellm.get_llm_provider(model=model)[1]
-        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
-    except Exception:
-        return False
-    return bool(supported) and "stream_options" in supported
 
 
 class AgentError(RuntimeError):
@@ -207,18 +152,14 @@ class _StreamedCalls:
     def __init__(self) -> None:
         self._parts: dict[int, dict[str, str]] = {}
 
-    def add(self, deltas: Any) -> None:
-        for position, delta in enumerate(deltas):
-            index = getattr(delta, "index", None)
-            part = self._parts.setdefault(index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""})
-            if getattr(delta, "id", None):
-                part["id"] = delta.id
-            function = getattr(delta, "function", None)
-            if function is not None:
-                if getattr(function, "name", None):
-                    part["name"] = function.name
-                if getattr(function, "arguments", None):
-                    part["arguments"] += function.arguments
+    def add(self, fragments: tuple[CallPart, ...]) -> None:
+        for fragment in fragments:
+            part = self._parts.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+            if fragment.id:
+                part["id"] = fragment.id
+            if fragment.name:
+                part["name"] = fragment.name
+            part["arguments"] += fragment.arguments
 
     def calls(self) -> list[ToolCall]:
         return [
@@ -228,11 +169,8 @@ class _StreamedCalls:
         ]
 
 
-def _calls_of(message: Any) -> list[ToolCall]:
-    calls = []
-    for position, call in enumerate(getattr(message, "tool_calls", None) or []):
-        function = call.function
-        calls.append(ToolCall(call.id or f"call_{position}", function.name or "", function.arguments or ""))
+def _calls_of(parts: tuple[CallPart, ...]) -> list[ToolCall]:
+    calls = [ToolCall(part.id or f"call_{part.index}", part.name, part.arguments) for part in parts]
     return [call for call in calls if call.name]
 
 
@@ -277,35 +215,17 @@ def decode_data_url(url: str) -> tuple[str, bytes] | None:
         return None
 
 
-def _image_url(item: Any) -> str:
-    """The URL of an image part, whether litellm handed it over as a dict or an object."""
-    image = item.get("image_url") if isinstance(item, dict) else getattr(item, "image_url", None)
-    if isinstance(image, dict):
-        return str(image.get("url") or "")
-    return str(getattr(image, "url", image) or "")
-
-
-def images_of(message: Any, found: list[OutboundFile]) -> None:
-    """Collect the images a model returned (litellm's `images`, or image parts of a list
-    content) as files; images given only by an http URL are not fetched."""
-    items = list(getattr(message, "images", None) or [])
-    content = getattr(message, "content", None)
-    if isinstance(content, list):
-        items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
-    for item in items:
-        decoded = decode_data_url(_image_url(item))
+def images_of(urls: tuple[str, ...], found: list[OutboundFile]) -> None:
+    """Collect the images a model returned as files; images given only by an http URL are not
+    fetched."""
+    for url in urls:
+        decoded = decode_data_url(url)
         if decoded is None:
             log.info("a model returned an image that is not a data: URL; not sent")
             continue
         mime, data = decoded
         extension = mimetypes.guess_extension(mime, strict=False) or ".png"
         found.append(OutboundFile(data, f"image-{len(found) + 1}{extension}", mime))
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return str(content or "")
 
 
 @dataclass
@@ -318,11 +238,14 @@ class Agent:
     round's text as it comes, so the final answer streams after the tool rounds; words a model
     says before calling a tool stay (a streamed word cannot be taken back), separated from what
     follows by a blank line. A whole (not streamed) answer is the last round's words only.
+    `calls` is where the requests go: litellm in this process unless the runtime gives it
+    helper processes.
     """
 
     name: str
     config: AgentConfig
     tools: dict[str, Tool] = field(default_factory=dict)
+    calls: ModelCalls = field(default_factory=InProcess)
 
     @property
     def model(self) -> str:
@@ -362,7 +285,8 @@ class Agent:
         detail = str(exc)[:300]
         if self.config.api_key is not None:
             detail = detail.replace(self.config.api_key.get_secret_value(), "***")
-        return AgentError(f"agent {self.name} ({self.model}) failed: {type(exc).__name__}: {detail}")
+        kind = exc.kind if isinstance(exc, ModelCallFailed) else type(exc).__name__
+        return AgentError(f"agent {self.name} ({self.model}) failed: {kind}: {detail}")
 
     def _turn(self, turn: ToolTurn | None) -> ToolTurn:
         return turn if turn is not None else ToolTurn(ToolContext(self.name))
@@ -388,26 +312,23 @@ class Agent:
         images: list[OutboundFile] | None = None,
     ) -> str:
         """The whole reply's text; images the model returns land in `images`."""
-        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
         for round_number in range(rounds + 1):
             started = time.monotonic()
             try:
-                response = await litellm.acompletion(**self._request(messages, stream=False, last_round=round_number == rounds))
+                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds))
             except Exception as exc:
                 model_call(self.name, time.monotonic() - started)
                 raise self._failure(exc) from exc
-            model_call(self.name, time.monotonic() - started, *_usage(response))
-            message = response.choices[0].message
-            calls = _calls_of(message) if round_number < rounds else []
+            model_call(self.name, time.monotonic() - started, *(output.usage or (0, 0)))
+            calls = _calls_of(output.calls) if round_number < rounds else []
             if not calls:
                 if images is not None:
-                    images_of(message, images)
-                text = _text_of(message.content)
-                return text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
-            await self._run_round(messages, turn, message.content, calls)
+                    images_of(output.image_urls, images)
+                return output.text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
+            await self._run_round(messages, turn, output.text, calls)
         return ""  # not reached: the last round never runs calls
 
     async def stream(
@@ -419,36 +340,28 @@ class Agent:
         images: list[OutboundFile] | None = None,
     ) -> AsyncIterator[str]:
         """The reply's text as it arrives; images the model returns land in `images`."""
-        litellm = await load_litellm()
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
-        usage = _reports_stream_usage(litellm, self.model)
         shown = False  # some text reached the person already
         for round_number in range(rounds + 1):
             text = ""
             calls = _StreamedCalls()
             request = self._request(messages, stream=True, last_round=round_number == rounds)
-            if usage:
-                request["stream_options"] = {"include_usage": True}
             started = time.monotonic()
             tokens = (0, 0)
             try:
-                response = await litellm.acompletion(**request)
-                async for chunk in direct_chunks(litellm, response) or response:
-                    tokens = _usage(chunk) if getattr(chunk, "usage", None) is not None else tokens
-                    delta = chunk.choices[0].delta if chunk.choices else None
-                    if delta is None:
-                        continue
+                async for piece in self.calls.stream(request):
+                    tokens = piece.usage or tokens
                     if images is not None:
-                        images_of(delta, images)
-                    if delta.content:
+                        images_of(piece.image_urls, images)
+                    if piece.text:
                         if not text and shown:
                             yield ROUND_SEPARATOR
-                        text += delta.content
-                        yield delta.content
-                    if getattr(delta, "tool_calls", None):
-                        calls.add(delta.tool_calls)
+                        text += piece.text
+                        yield piece.text
+                    if piece.calls:
+                        calls.add(piece.calls)
             except Exception as exc:
                 raise self._failure(exc) from exc
             finally:

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from botweave.agents import litellm_module
+from botweave.model_calls import litellm_module
 from botweave.types import PHOTO_MIMES
 from PIL import Image, UnidentifiedImageError
 

@@ -27,7 +27,7 @@ from functools import cache
 from typing import Any
 
 from botweave.adapter import Adapter, FileTooLarge, FileUnavailable
-from botweave.agents import Agent, UserTurn, litellm_module
+from botweave.agents import Agent, UserTurn
 from botweave.config import MediaConfig
 from botweave.files import (
     display_name,
@@ -42,6 +42,7 @@ from botweave.files import (
 from botweave.media.documents import extract
 from botweave.media.images import ImageLimit, ImageUnreadable, fit, image_part, limit_for
 from botweave.media.speech import TranscriptionFailed, transcribe
+from botweave.model_calls import litellm_module
 from botweave.pipeline import Handler, Inbound, TurnOutcome
 from botweave.types import BotMessage
 

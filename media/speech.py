@@ -3,8 +3,8 @@ providers litellm maps to it), with the model and credentials of `media.transcri
 
 from __future__ import annotations
 
-from botweave.agents import litellm_module
 from botweave.config import TranscriptionConfig
+from botweave.model_calls import litellm_module
 
 #: Transcription services judge a file by its name's extension; Telegram's voice notes have
 #: no name at all.

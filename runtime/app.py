@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from botweave.adapter import Adapter, PlatformRejected
-from botweave.agents import Agent, History, litellm_module
+from botweave.agents import Agent, History
 from botweave.buttons import PREFIX as BUTTON_PREFIX
 from botweave.buttons import ButtonBook
 from botweave.commands import CommandRegistry
@@ -40,6 +40,7 @@ from botweave.files import FileSource, send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.metrics import INBOUND, QUEUE_DEPTH
+from botweave.model_calls import litellm_module
 from botweave.model_client import ModelCallExecutor
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl

@@ -187,7 +187,7 @@ def _ops_listen(config: Any, listen: str | None) -> None:
 def unroutable_models(config: Any) -> list[str]:
     """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
     found before the first turn apologises for it."""
-    from botweave.agents import litellm_module
+    from botweave.model_calls import litellm_module
 
     litellm = litellm_module()
     problems = []

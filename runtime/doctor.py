@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from botweave.adapter import Check
-from botweave.agents import load_litellm
 from botweave.config import ConfigError
+from botweave.model_calls import load_litellm
 from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import open_store, redact_url

@@ -96,7 +96,7 @@ def key_variables(model: str) -> list[str]:
     if model == DEFAULT_MODEL:
         return []
     try:
-        from botweave.agents import litellm_module
+        from botweave.model_calls import litellm_module
 
         found = litellm_module().validate_environment(model=model)
     except Exception:

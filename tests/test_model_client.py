@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from botweave.agents import Agent, AgentError, litellm_module
+from botweave.agents import Agent, AgentError
 from botweave.config import AgentConfig
+from botweave.model_calls import litellm_module
 from botweave.model_client import CALLBACK_LISTS, listening, quieted
 
 from tests.emulators.openai import OpenAIEmulator, Reply, tool_call

@@ -410,7 +410,7 @@ class Verbose:
     @classmethod
     def register(cls) -> str:
         """The model name that answers this way."""
-        from botweave.agents import litellm_module
+        from botweave.model_calls import litellm_module
         from botweave.offline_model import OfflineEcho
 
         text = cls.text

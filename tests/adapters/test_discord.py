@@ -390,7 +390,7 @@ class _SlowEcho:
 
     @classmethod
     def register(cls) -> None:
-        from botweave.agents import litellm_module
+        from botweave.model_calls import litellm_module
         from botweave.offline_model import OfflineEcho, echo_reply
         from litellm.types.utils import GenericStreamingChunk
 

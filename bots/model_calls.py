@@ -1,0 +1,179 @@
+"""How an agent reaches its model, and what it reads back.
+
+An agent hands a litellm request to its `ModelCalls` and reads the answer as `ModelOutput`:
+the words, the tool calls (or, streamed, fragments of them), the images and the token counts.
+That is all a turn uses of litellm's response objects, and unlike them it is a plain value,
+so it reads the same whether the call ran here (`InProcess`, through litellm) or in a helper
+process (the runtime's model processes) whose answer crossed a pipe.
+
+litellm is imported on first use, not at import time: it costs seconds to import and would
+otherwise slow `botweave --help` and every `import bots`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Protocol
+
+from botweave.model_client import direct_chunks, quiet
+
+
+@dataclass(frozen=True, slots=True)
+class CallPart:
+    """A tool call the model asked for, or a streamed fragment of one: fragments with the same
+    `index` belong to one call, the first names it and the arguments arrive in pieces."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOutput:
+    """A whole answer, or one streamed piece of it. `usage` is (prompt, completion) tokens when
+    the provider reported them."""
+
+    text: str = ""
+    calls: tuple[CallPart, ...] = ()
+    image_urls: tuple[str, ...] = ()
+    usage: tuple[int, int] | None = None
+
+
+class ModelCallFailed(RuntimeError):
+    """A model call that failed where the caller cannot see the original exception (another
+    process); `kind` is the original's type name, the message its text."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class ModelCalls(Protocol):
+    async def answer(self, request: dict[str, Any]) -> ModelOutput:
+        """The whole answer to `request` (litellm's `acompletion` arguments)."""
+        ...
+
+    def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
+        """The answer to `request` piece by piece, as the provider streams it."""
+        ...
+
+
+@cache
+def litellm_module() -> Any:
+    """Import litellm once, offline-safe, with the offline model registered and without the
+    per-call pricing and logging nobody here reads (see model_client)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+    from botweave.offline_model import register
+
+    litellm.suppress_debug_info = True
+    register(litellm)
+    quiet(litellm)
+    return litellm
+
+
+_imported = False
+
+
+async def load_litellm() -> Any:
+    """litellm, imported in a worker thread the first time: the import takes seconds, and an
+    event loop blocked that long freezes everything else the process serves (a terminal's
+    prompt, health checks, other conversations)."""
+    global _imported
+    if not _imported:
+        await asyncio.to_thread(litellm_module)
+        _imported = True
+    return litellm_module()
+
+
+class InProcess:
+    """Model calls made by litellm in this process."""
+
+    async def answer(self, request: dict[str, Any]) -> ModelOutput:
+        litellm = await load_litellm()
+        response = await litellm.acompletion(**request)
+        message = response.choices[0].message
+        calls = tuple(
+            CallPart(position, call.id or "", call.function.name or "", call.function.arguments or "")
+            for position, call in enumerate(getattr(message, "tool_calls", None) or [])
+        )
+        return ModelOutput(text_of(message.content), calls, image_urls(message), usage_of(response))
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
+        litellm = await load_litellm()
+        if reports_stream_usage(litellm, request["model"]):
+            request = {**request, "stream_options": {"include_usage": True}}
+        response = await litellm.acompletion(**request)
+        async for chunk in direct_chunks(litellm, response) or response:
+            yield piece_of(chunk)
+
+
+def piece_of(chunk: Any) -> ModelOutput:
+    """One streamed chunk as a piece of the answer."""
+    usage = usage_of(chunk)
+    delta = chunk.choices[0].delta if chunk.choices else None
+    if delta is None:
+        return ModelOutput(usage=usage)
+    calls = []
+    for position, part in enumerate(getattr(delta, "tool_calls", None) or []):
+        index = getattr(part, "index", None)
+        function = getattr(part, "function", None)
+        calls.append(
+            CallPart(
+                index if isinstance(index, int) else position,
+                getattr(part, "id", None) or "",
+                getattr(function, "name", None) or "",
+                getattr(function, "arguments", None) or "",
+            )
+        )
+    return ModelOutput(text_of(delta.content), tuple(calls), image_urls(delta), usage)
+
+
+def usage_of(response: Any) -> tuple[int, int] | None:
+    """(prompt, completion) tokens a response or stream chunk reports, None when it has none."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    return int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0)
+
+
+def text_of(content: Any) -> str:
+    """The words of a message's content, whether a string or a list of parts."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
+
+
+def image_urls(message: Any) -> tuple[str, ...]:
+    """The URLs of the images a model returned: litellm's `images`, or image parts of a list
+    content."""
+    items = list(getattr(message, "images", None) or [])
+    content = getattr(message, "content", None)
+    if isinstance(content, list):
+        items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return tuple(_image_url(item) for item in items)
+
+
+def _image_url(item: Any) -> str:
+    """The URL of an image part, whether litellm handed it over as a dict or an object."""
+    image = item.get("image_url") if isinstance(item, dict) else getattr(item, "image_url", None)
+    if isinstance(image, dict):
+        return str(image.get("url") or "")
+    return str(getattr(image, "url", image) or "")
+
+
+@cache
+def reports_stream_usage(litellm: Any, model: str) -> bool:
+    """Whether litellm can ask this model's provider for token counts at the end of a stream
+    (`stream_options`); a provider that does not know the option would refuse the request."""
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:
+        return False
+    return bool(supported) and "stream_options" in supported
