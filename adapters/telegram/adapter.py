@@ -223,8 +223,10 @@ class TelegramAdapter(Adapter):
         await application.initialize()
         me = application.bot.bot
         self.self_user = BotUser(str(me.id), me.username or "", me.full_name, True)
+        bot = application.bot
+        assert isinstance(bot, TolerantBot)  # built by _build
         self.outbound = TelegramOutbound(
-            application.bot, Pacer(global_limit=(max(1, int(self.config.requests_per_second)), 1.0))
+            bot, Pacer(global_limit=(max(1, int(self.config.requests_per_second)), 1.0))
         )
         if not inbound:
             log.debug("telegram: @%s ready to send (not receiving)", me.username)

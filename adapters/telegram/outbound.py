@@ -20,7 +20,6 @@ from botweave.adapter import ActionError, ByteLimit, FileTooLarge, Outbound, Out
 from botweave.files import http_chunks
 from botweave.types import ActionStatus, Button, OutboundFile
 from telegram import (
-    Bot,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     MessageEntity,
@@ -31,6 +30,7 @@ from telegram import (
 from telegram.constants import ReactionEmoji
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
+from .client import TolerantBot
 from .format import TELEGRAM_MAX_CAPTION_UTF16, Formatted, description
 from .pacing import Pacer, surely_unsent, transient
 
@@ -76,7 +76,7 @@ class TelegramOutbound(Outbound):
     """sendMessage, editMessageText, deleteMessage, setMessageReaction and sendChatAction,
     each under the pacer and following migrated groups."""
 
-    def __init__(self, bot: Bot, pacer: Pacer) -> None:
+    def __init__(self, bot: TolerantBot, pacer: Pacer) -> None:
         self.bot = bot
         self.pacer = pacer
         self._migrated: dict[str, str] = {}
@@ -118,7 +118,7 @@ class TelegramOutbound(Outbound):
 
         async def post(target: str) -> Any:
             return await formatted.apply(
-                lambda body, entities: self.bot.send_message(
+                lambda body, entities: self.bot.send_message_for_id(
                     chat_id=_as_chat(target),
                     text=body,
                     entities=entities,
@@ -128,8 +128,7 @@ class TelegramOutbound(Outbound):
                 )
             )
 
-        message = await self._paced(chat_id, post, idempotent=False, new_message=True)
-        return str(message.message_id)
+        return str(await self._paced(chat_id, post, idempotent=False, new_message=True))
 
     async def send_file(
         self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
