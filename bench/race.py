@@ -141,6 +141,7 @@ class Settings:
     profile: bool = False
     trace: bool = False
     store: str = "memory"
+    model_processes: int = 1
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -358,7 +359,9 @@ def store_url(store: str, path: Path) -> str:
     return "memory://" if store == "memory" else f"sqlite:///{path.with_suffix('.db')}"
 
 
-def write_botweave_config(path: Path, world: World, model_url: str, streaming: bool, store: str) -> Path:
+def write_botweave_config(
+    path: Path, world: World, model_url: str, streaming: bool, store: str, model_processes: int
+) -> Path:
     config = {
         "bot": {"unknown_user_policy": "allow", "streaming": streaming},
         "agents": {
@@ -372,6 +375,7 @@ def write_botweave_config(path: Path, world: World, model_url: str, streaming: b
         },
         "platforms": world.botweave_section(),
         "store": {"url": store_url(store, path)},
+        "models": {"processes": model_processes},
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -404,7 +408,7 @@ class Profiler:
             sys.exit("--profile needs py-spy (pip install py-spy)")
         self.proc = subprocess.Popen(
             [binary, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
-             "--full-filenames", "--output", str(output)],
+             "--full-filenames", "--subprocesses", "--output", str(output)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -723,7 +727,7 @@ async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer
     if kind.startswith("botweave"):
         config = write_botweave_config(
             settings.logs / f"{platform}-{kind}-{next(_configs)}.yaml", world, model.base_url,
-            kind == "botweave_streaming", settings.store,
+            kind == "botweave_streaming", settings.store, settings.model_processes,
         )
         contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
         contestant.spawn(botweave_env(), settings.logs)
@@ -1008,11 +1012,12 @@ async def main(args: argparse.Namespace) -> int:
         profile=args.profile,
         trace=args.trace,
         store=args.store,
+        model_processes=args.model_processes,
     )
     print(
         f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}), "
         f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores, "
-        f"botweave store {settings.store}; "
+        f"botweave store {settings.store}, model processes {settings.model_processes}; "
         f"botweave runs with {ROOT} first on PYTHONPATH; logs in {logs}; load average {load_average()}",
         flush=True,
     )
@@ -1070,6 +1075,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--store", choices=("memory", "sqlite"), default="memory",
         help="botweave's store: memory:// (default), or the SQLite file `botweave run` uses when bot.yaml names none",
+    )
+    parser.add_argument(
+        "--model-processes", type=int, default=1,
+        help="botweave's models.processes: model calls in this many helper processes (their CPU is the bot's), "
+        "0 in the bot's own process",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the contestants' logs and configs")
     parser.add_argument(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import os
 import signal
@@ -60,7 +59,9 @@ from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
 from botweave.runtime.event_loop import serving
+from botweave.runtime.heap import settle_heap
 from botweave.runtime.logs import setup_logging
+from botweave.runtime.model_processes import ModelProcesses
 from botweave.runtime.ops import OpsServer
 from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.platforms import installed_platforms
@@ -111,26 +112,6 @@ async def _loaded(loading: asyncio.Future[Any]) -> None:
         log.exception("litellm failed to import; agents on litellm models will not answer")
 
 
-#: Allocations between two collections of the youngest generation. Python's default (700)
-#: suits short scripts; a bot with a few hundred turns in flight holds tens of thousands of
-#: young objects (each model call builds and drops hundreds), so at 700 every collection
-#: walked the same live requests again: about a tenth of the CPU of a turn. Garbage without
-#: cycles is freed at once either way; only cycles wait for the next collection.
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def _settle_heap() -> None:
-    """Move everything start-up built (litellm alone is hundreds of thousands of objects) out
-    of the garbage collector's sight, and collect the young generation less often. Those
-    objects live as long as the process, yet every full collection walked all of them: a
-    pause of about a quarter of a second, a few times a minute under load, with every
-    conversation waiting."""
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, max(older, 50), max(oldest, 100))
-
-
 def _kind(item: BotMessage | PlatformEvent) -> str:
     return item.message_type.value if isinstance(item, BotMessage) else item.kind
 
@@ -178,6 +159,10 @@ class App:
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
         self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
+        self.model_processes = ModelProcesses(config.models.processes) if config.models.processes else None
+        if self.model_processes is not None:
+            for agent in self.agents.values():
+                agent.calls = self.model_processes
         self.router = Router(config.routes, default_agent=next(iter(self.agents)))
         self.history = History(self.store)
         self.adapters: dict[str, Adapter] = {}
@@ -308,6 +293,8 @@ class App:
         await self.store.connect()
         log.info("store: %s", self.store.describe())
         if self.role != "ingress":  # an ingress process never runs a turn
+            if self.model_processes is not None:
+                await self.model_processes.start()
             await self._start_tools()
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
@@ -466,6 +453,8 @@ class App:
                 log.exception("platform %s did not stop cleanly", name)
         await self.approvals.stop()
         await self.tools.stop()
+        if self.model_processes is not None:
+            await self.model_processes.close()
         await self.store.close()
         if self.ops is not None:
             await self.ops.stop()
@@ -525,7 +514,7 @@ class App:
         finally:
             if loading is not None:
                 await _loaded(loading)
-        _settle_heap()
+        settle_heap()
         if not self.adapters:
             if not self.failed_platforms:
                 log.error("no platform is running; enable one under `platforms:` in bot.yaml")

@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import platformdirs
 import yaml
@@ -80,6 +80,15 @@ class OpsConfig(Section):
         return value
 
 
+class ModelsConfig(Section):
+    """`models:` how agents' model calls are made. `processes`: in this many helper
+    processes, so that preparing requests and reading answers (most of a turn's CPU) runs on
+    other cores; each imports litellm at start (seconds, and about 150 MB). 0: in the bot's
+    own process. See docs/performance.md."""
+
+    processes: Annotated[int, Field(ge=0, le=32)] = 0
+
+
 class Config(Section):
     bot: BotConfig = Field(default_factory=BotConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
@@ -93,6 +102,7 @@ class Config(Section):
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
     #: Python modules whose `setup(app)` runs at start (`module` or `module:function`), after
     #: those installed under the `botweave.plugins` entry point.
     plugins: list[str] = Field(default_factory=list)
