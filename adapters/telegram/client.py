@@ -80,13 +80,13 @@ class TolerantBot(ExtBot[None]):
         its stop signal in the same instant and leave the failure unretrieved in a task."""
         self._stopping = True
 
-    async def send_message_for_id(self, **params: Any) -> int:
-        """sendMessage, reading only the new message's id from Telegram's answer. `send_message`
-        builds a whole `Message` from it (every field, nested objects, each attribute set through
-        PTB's guarded `__setattr__`): about a fifth of a reply's CPU in the bot's loop, for an
-        object nothing reads beyond its id. Parameters and errors are `send_message`'s."""
-        sent = await self._post("sendMessage", params)
-        return int(sent["message_id"])
+    async def call(self, method: str, **params: Any) -> Any:
+        """A Bot API call whose answer is returned as Telegram sent it (a dict, or True), with
+        the parameters, defaults and errors of PTB's own methods. Those build a whole object
+        from the answer (every field and nested object, each attribute set through PTB's
+        guarded `__setattr__`): about a fifth of a reply's CPU in the bot's loop, for a
+        `Message` nothing reads beyond its id, or not at all after an edit."""
+        return await self._post(method, params)
 
     async def _do_post(self, endpoint: str, data: Any, **kwargs: Any) -> Any:
         result = await super()._do_post(endpoint, data, **kwargs)

@@ -118,7 +118,8 @@ class TelegramOutbound(Outbound):
 
         async def post(target: str) -> Any:
             return await formatted.apply(
-                lambda body, entities: self.bot.send_message_for_id(
+                lambda body, entities: self.bot.call(
+                    "sendMessage",
                     chat_id=_as_chat(target),
                     text=body,
                     entities=entities,
@@ -128,7 +129,8 @@ class TelegramOutbound(Outbound):
                 )
             )
 
-        return str(await self._paced(chat_id, post, idempotent=False, new_message=True))
+        sent = await self._paced(chat_id, post, idempotent=False, new_message=True)
+        return str(sent["message_id"])
 
     async def send_file(
         self, chat_id: str, file: OutboundFile, *, caption: str, thread_id: str | None, reply_to: str | None
@@ -199,8 +201,9 @@ class TelegramOutbound(Outbound):
 
         async def change(target: str) -> Any:
             return await formatted.apply(
-                lambda body, entities: self.bot.edit_message_text(
-                    chat_id=_as_chat(target), message_id=number, text=body, entities=entities, reply_markup=markup
+                lambda body, entities: self.bot.call(
+                    "editMessageText",
+                    chat_id=_as_chat(target), message_id=number, text=body, entities=entities, reply_markup=markup,
                 )
             )
 
