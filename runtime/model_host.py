@@ -13,9 +13,10 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from botweave.model_calls import InProcess, load_litellm
+from botweave.model_calls import InProcess, ModelOutput, load_litellm
 from botweave.runtime import event_loop
 from botweave.runtime.event_loop import serving
 from botweave.runtime.heap import settle_heap
@@ -25,6 +26,55 @@ from botweave.tasks import TaskOwner
 
 #: Characters of a failure's message sent back (the bot keeps fewer still).
 MAX_DETAIL = 2000
+#: How often streamed text is sent on, after its first words (which go at once). A provider
+#: streams a token or a few per chunk, and each piece costs the bot's loop a frame to read
+#: and a step of the turn; a person sees a streamed reply change at most once a second (the
+#: platforms' edit floors), so a tenth of a second more for the next words changes nothing
+#: they can see.
+STREAM_EVERY_S = 0.1
+
+
+class Coalesced:
+    """Streamed pieces on their way to the bot: text is gathered and sent at most every
+    `every` seconds (the first at once, the rest by a timer, so words never wait for the next
+    chunk); a piece with tool calls, images or token counts goes as it is, after the text
+    gathered before it."""
+
+    def __init__(self, send: Callable[[ModelOutput], None], every: float = STREAM_EVERY_S) -> None:
+        self._send = send
+        self._every = every
+        self._text = ""
+        self._sent_at: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, piece: ModelOutput) -> None:
+        if piece.calls or piece.image_urls or piece.usage is not None:
+            self.flush()
+            self._send(piece)
+            return
+        if not piece.text:
+            return
+        self._text += piece.text
+        loop = asyncio.get_running_loop()
+        if self._sent_at is None or loop.time() - self._sent_at >= self._every:
+            self.flush()
+        elif self._timer is None:
+            self._timer = loop.call_at(self._sent_at + self._every, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._text:
+            self._send(ModelOutput(self._text))
+            self._text = ""
+            self._sent_at = asyncio.get_running_loop().time()
+
+    def drop(self) -> None:
+        """Nobody reads on (the call was cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class Host:
@@ -56,13 +106,19 @@ class Host:
             self.running.pop(call, None)
 
     async def _stream(self, call: int, request: dict[str, Any]) -> None:
+        pieces = Coalesced(lambda piece: self.writer.write(frame((call, "output", piece))))
         try:
             async for piece in self.calls.stream(request):
-                self.writer.write(frame((call, "output", piece)))
+                pieces.add(piece)
                 await self.writer.drain()
+        except asyncio.CancelledError:
+            pieces.drop()
+            raise
         except Exception as exc:
+            pieces.flush()
             self._failed(call, exc)
         else:
+            pieces.flush()
             self.writer.write(frame((call, "end", None)))
         finally:
             self.running.pop(call, None)

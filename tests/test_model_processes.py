@@ -17,6 +17,7 @@ from botweave import App
 from botweave.config import ConfigError
 from botweave.model_calls import CallPart, ModelCallFailed, ModelOutput
 from botweave.runtime.config import load_config
+from botweave.runtime.model_host import Coalesced
 from botweave.runtime.model_processes import ModelProcesses
 
 from tests import tooldemo
@@ -74,19 +75,38 @@ async def test_an_answer_comes_back_with_its_calls_images_and_token_counts(llm, 
 
 
 async def test_a_stream_arrives_piece_by_piece_with_tool_call_fragments_and_usage(llm, processes):
-    llm.queue(Reply(text="one two three four", chunks=4))
+    llm.queue(Reply(text="one two three four", chunks=4, chunk_delay=0.15))
+    llm.queue(Reply(text="a b c d e f g h", chunks=8, chunk_delay=0.0))
     llm.queue_tool_calls(tool_call("weather", {"city": "Oslo"}, id="call-9"))
 
-    pieces = [piece async for piece in processes.stream(request(llm, stream=True))]
+    paced = [piece async for piece in processes.stream(request(llm, stream=True))]
+    burst = [piece async for piece in processes.stream(request(llm, stream=True))]
     calls = [piece async for piece in processes.stream(request(llm, stream=True))]
 
-    assert len([p for p in pieces if p.text]) == 4
-    assert "".join(p.text for p in pieces).split() == ["one", "two", "three", "four"]
-    assert [p.usage for p in pieces if p.usage] and pieces[-1].usage is not None  # asked for, as in-process
+    # words that come apart arrive apart; words that come together are sent on together
+    assert len([p for p in paced if p.text]) == 4
+    assert "".join(p.text for p in paced).split() == ["one", "two", "three", "four"]
+    assert "".join(p.text for p in burst).split() == list("abcdefgh")
+    assert len([p for p in burst if p.text]) <= 2
+    assert paced[-1].usage is not None  # asked for, as in-process
     assert llm.requests[0]["stream_options"] == {"include_usage": True}
     fragments = [part for piece in calls for part in piece.calls]
     assert {part.id for part in fragments if part.id} == {"call-9"}
     assert "".join(part.arguments for part in fragments) == '{"city": "Oslo"}'
+
+
+async def test_streamed_text_waits_at_most_the_window_and_never_for_the_next_chunk():
+    sent: list[ModelOutput] = []
+    pieces = Coalesced(sent.append, every=0.05)
+    pieces.add(ModelOutput("Hello"))
+    pieces.add(ModelOutput(" there"))
+    pieces.add(ModelOutput(""))
+    assert [p.text for p in sent] == ["Hello"]
+    await asyncio.sleep(0.1)
+    assert [p.text for p in sent] == ["Hello", " there"]
+    pieces.add(ModelOutput(" again"))
+    pieces.add(ModelOutput(usage=(3, 4)))
+    assert sent[2:] == [ModelOutput(" again"), ModelOutput(usage=(3, 4))]
 
 
 async def test_a_failure_comes_back_with_its_kind_and_the_process_goes_on(llm, processes):
