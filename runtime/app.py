@@ -22,6 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from functools import partial
 from pathlib import Path
@@ -315,7 +316,7 @@ class App:
             if left:
                 log.warning("answering %d message(s) a previous run received but did not finish", len(left))
             for entry, item in left:
-                self._spawn(self._journaled(item, self._settled(entry)))
+                self._spawn(self._journaled(item, self._settled(entry)), item)
         for name in list(self.adapters):
             self._explain_access(name)
             here = inbound or (receive and self.role == "all" and self.adapters[name].local)
@@ -596,7 +597,7 @@ class App:
         if self.stream is not None and self._local(item):
             self.control.stamp(item)
             told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self._spawn(self._here(item, told, ordered=ordered))  # takes its place in the conversation now
+            self._spawn(self._here(item, told, ordered=ordered), item)  # takes its place in the conversation now
             try:
                 if ordered and isinstance(item, BotMessage):
                     await self.control.arrived(item)  # before its turn can start: it waits for `told`
@@ -622,10 +623,10 @@ class App:
         self.control.stamp(item)
         journal = self.journal
         if journal is None:  # not started to receive: nothing to record into
-            self._spawn(self.handle(item))
+            self._spawn(self.handle(item), item)
             return
         recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        self._spawn(self._journaled(item, recorded, ordered=ordered))  # takes its place in the conversation now
+        self._spawn(self._journaled(item, recorded, ordered=ordered), item)  # takes its place in the conversation now
         try:
             if ordered and isinstance(item, BotMessage):
                 await self.control.arrived(item)  # before its turn can start: it waits for `recorded`
@@ -635,8 +636,20 @@ class App:
             raise
         recorded.set_result(entry)
 
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        self._tasks.spawn(work, name="handle an inbound item")
+    def _spawn(self, work: Coroutine[Any, Any, Any], item: BotMessage | PlatformEvent) -> None:
+        # With the model calls in other processes, a turn runs ahead of other work from the
+        # moment it is spawned, so it starts while a burst is still being taken in rather than
+        # once every message of it was.
+        with self._place(item) if self.model_processes is not None else contextlib.nullcontext():
+            self._tasks.spawn(work, name="handle an inbound item")
+
+    def _place(self, item: BotMessage | PlatformEvent) -> ContextManager[None]:
+        """The place of a message's turn in the event loop, if the loop is oldest-first (see
+        event_loop.serving): its message's, and ahead of all other work until the turn has
+        asked its model when the model calls run in other processes."""
+        if not isinstance(item, BotMessage):
+            return contextlib.nullcontext()
+        return serving(received_at(item), ahead_until_asked=self.model_processes is not None)
 
     def _local(self, item: BotMessage | PlatformEvent) -> bool:
         adapter = self.adapters.get(item.platform)
@@ -716,7 +729,7 @@ class App:
             return await self._run_pipeline(item, durable=deduplicated)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
-        with serving(received_at(msg)):  # its place in the event loop, if the loop is oldest-first
+        with self._place(msg):
             return await self._answer(msg, durable=durable)
 
     async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:

@@ -40,17 +40,37 @@ TURN_ORDER: contextvars.ContextVar[float | None] = contextvars.ContextVar("botwe
 
 #: Where work that is not a turn's sorts: before every turn (receipt stamps are positive).
 _NOT_A_TURN = 0.0
+#: How far ahead of everything else a turn runs until it has asked its model (see `serving`):
+#: more than any receipt stamp, so its place is negative.
+_AHEAD = 1e12
 
 
 @contextlib.contextmanager
-def serving(received_at: float) -> Iterator[None]:
+def serving(received_at: float, *, ahead_until_asked: bool = False) -> Iterator[None]:
     """Within it, the running task is the turn of a message received at `received_at`: its
-    steps, and the tasks it starts, run in that message's place."""
-    token = TURN_ORDER.set(received_at)
+    steps, and the tasks it starts, run in that message's place.
+
+    With `ahead_until_asked`, the turn's steps up to its model request (`asked`) run before
+    all other work, turns and intake alike, oldest message first: that short stretch is what
+    stands between the turn and its longest wait. Once the model calls run in other
+    processes it is most of what a turn still does here before that wait, and a chat's next
+    request then goes out while replies to others are still being delivered, and while a
+    burst is still being taken in."""
+    token = TURN_ORDER.set(received_at - _AHEAD if ahead_until_asked else received_at)
     try:
         yield
     finally:
         TURN_ORDER.reset(token)
+
+
+def asked() -> float | None:
+    """The running turn has handed its model the request: from now on it runs in its
+    message's place. Returns that place (the receipt stamp), None outside a turn."""
+    order = TURN_ORDER.get()
+    if order is not None and order < _NOT_A_TURN:
+        order += _AHEAD
+        TURN_ORDER.set(order)
+    return order
 
 
 class OldestFirst:

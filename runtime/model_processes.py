@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from botweave.model_calls import ModelCallFailed, ModelOutput
-from botweave.runtime.event_loop import TURN_ORDER
+from botweave.runtime.event_loop import asked
 from botweave.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class ModelProcesses:
         call = self._call_id()
         answered: asyncio.Future[ModelOutput] = asyncio.get_running_loop().create_future()
         child.waiting[call] = answered
-        child.send((call, "answer", (TURN_ORDER.get(), request)))
+        child.send((call, "answer", (asked(), request)))
         try:
             return await answered
         finally:
@@ -144,7 +144,7 @@ class ModelProcesses:
         call = self._call_id()
         pieces: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         child.waiting[call] = pieces
-        child.send((call, "stream", (TURN_ORDER.get(), request)))
+        child.send((call, "stream", (asked(), request)))
         try:
             while True:
                 kind, payload = await pieces.get()
@@ -212,9 +212,13 @@ class ModelProcesses:
     async def _read(self, child: _Child, reader: asyncio.StreamReader) -> None:
         while (message := await read_frame(reader)) is not None:
             child.deliver(*message)
-        code = await child.process.wait()
         held = len(child.waiting)
-        child.gone(f"the model process exited (code {code}) before answering")
+        child.gone("the model process exited before answering")
+        try:
+            code = await asyncio.wait_for(child.process.wait(), CLOSE_SECONDS)
+        except asyncio.TimeoutError:  # its socket is closed, so it can do nothing more
+            child.process.kill()
+            code = await child.process.wait()
         if held or code != 0:
             log.warning(
                 "model process %d exited with code %s; %d call(s) it held failed; the next call starts a new one",

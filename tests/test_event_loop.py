@@ -14,7 +14,7 @@ from aiohttp import web
 from botweave.agents import Agent
 from botweave.config import AgentConfig
 from botweave.model_client import prepared_on_loop
-from botweave.runtime.event_loop import TURN_ORDER, OldestFirstLoop, new_loop, serving
+from botweave.runtime.event_loop import TURN_ORDER, OldestFirstLoop, asked, new_loop, serving
 
 from tests.emulators.openai import OpenAIEmulator
 
@@ -64,6 +64,39 @@ def test_work_outside_turns_is_not_held_behind_a_busy_turn() -> None:
 
     callback_at, task_at = run_on(new_loop, scenario())
     assert callback_at <= 3 and task_at <= 3, "each ran within a pass or two, not after the turn's 200 steps"
+
+
+def test_a_turn_ahead_until_asked_goes_before_everything_then_takes_its_messages_place() -> None:
+    async def ahead(log: list[str]) -> float | None:
+        for step in range(1, 4):
+            log.append(f"ahead{step}")
+            await asyncio.sleep(0)
+        place = asked()
+        await asyncio.sleep(0)
+        for step in range(4, 6):
+            log.append(f"ahead{step}")
+            await asyncio.sleep(0)
+        return place
+
+    async def scenario() -> tuple[list[str], float | None]:
+        log: list[str] = []
+        with serving(5.0, ahead_until_asked=True):  # spawned in its place, as the runtime does
+            mine = asyncio.create_task(ahead(log))
+        older = asyncio.create_task(turn("old", 1.0, 3, log))
+        loop = asyncio.get_running_loop()
+        for tick in range(1, 4):
+            loop.call_soon(log.append, f"tick{tick}")
+        place = await mine
+        await older
+        return log, place
+
+    log, place = run_on(new_loop, scenario())
+    assert place == 5.0
+    # before it asked, the turn went ahead of plain work and of an older turn; after, it
+    # waited for both, as any turn of a message received at 5.0 does
+    assert log[:3] == ["ahead1", "ahead2", "ahead3"]
+    assert log.index("ahead4") > max(log.index("tick3"), log.index("old3"))
+    assert asked() is None  # outside a turn there is nothing to move
 
 
 def test_timers_threads_sockets_and_cancellation_work_as_usual() -> None:
