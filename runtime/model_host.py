@@ -22,7 +22,7 @@ from botweave.runtime.event_loop import serving
 from botweave.runtime.heap import settle_heap
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.model_processes import frame, read_frame
-from botweave.tasks import TaskOwner
+from botweave.tasks import TaskOwner, register_secret
 
 #: Characters of a failure's message sent back (the bot keeps fewer still).
 MAX_DETAIL = 2000
@@ -78,6 +78,9 @@ class Coalesced:
 
 
 class Host:
+    """The calls in flight, each on a task of its own that writes its answer back; a cancel
+    frame cancels the call's task (its HTTP request with it)."""
+
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.calls = InProcess()
@@ -91,6 +94,8 @@ class Host:
                 task.cancel()
             return
         order, request = payload
+        if isinstance(request.get("api_key"), str):
+            register_secret(request["api_key"])  # masked in any failure line this process logs
         work = self._answer(call, request) if op == "answer" else self._stream(call, request)
         with serving(order) if order is not None else contextlib.nullcontext():
             self.running[call] = self.tasks.spawn(work, name=f"model call {call}")

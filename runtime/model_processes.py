@@ -1,9 +1,9 @@
 """Agents' model calls made in helper processes (`models.processes` in bot.yaml).
 
-A model call through litellm costs about 2 ms of CPU in the process that makes it: mapping
+A model call through litellm costs 1.5-2 ms of CPU in the process that makes it: mapping
 the parameters, the OpenAI SDK and httpx building the request, then the response objects.
 That is most of a turn's CPU, and one Python process runs one thing at a time, so with a few
-hundred conversations answering at once the bot's event loop, not the model, set the pace.
+hundred conversations answering at once the bot's event loop, not the model, sets the pace.
 Here each call is handed to one of N child processes (`model_host`) that run litellm on their
 own loop, on another core; the bot's loop only pickles the request and reads back the
 `ModelOutput` (about 50 µs).
