@@ -155,6 +155,13 @@ async def openai_emulator() -> AsyncIterator[OpenAIEmulator]:
 
 
 @pytest_asyncio.fixture
+async def llm(openai_emulator: OpenAIEmulator) -> OpenAIEmulator:
+    """The loopback model under the short name the agent and tool tests use; a module that
+    needs it to answer differently defines its own."""
+    return openai_emulator
+
+
+@pytest_asyncio.fixture
 async def telegram_emulator() -> AsyncIterator[TelegramEmulator]:
     emu = await TelegramEmulator().start()
     try:

@@ -1,18 +1,9 @@
 """litellm's real HTTP path (plain and streamed) against a loopback OpenAI-compatible server."""
 
-import pytest
 from botweave import App
 
 from tests.emulators.openai import OpenAIEmulator
 from tests.support import RecordingAdapter, message
-
-
-@pytest.fixture
-async def llm():
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
 
 
 def app_for(llm: OpenAIEmulator, **bot) -> tuple[App, RecordingAdapter]:

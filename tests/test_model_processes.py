@@ -29,14 +29,6 @@ KEY = "sk-loopback-secret"
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[OpenAIEmulator]:
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
-
-
-@pytest.fixture
 async def processes() -> AsyncIterator[ModelProcesses]:
     calls = ModelProcesses(1)
     await calls.start()

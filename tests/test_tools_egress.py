@@ -112,14 +112,6 @@ async def web_server() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[OpenAIEmulator]:
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
-
-
 def make_app(llm: OpenAIEmulator, *, network: dict[str, Any] | None = None, agent_network: dict[str, Any] | None = None) -> App:
     remote: dict[str, Any] = {
         "model": "openai/gpt-emulated", "api_base": llm.base_url, "api_key": "sk-loopback", "tools": ["fetch_url"],

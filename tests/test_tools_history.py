@@ -4,7 +4,7 @@ paired, by a new process on the same store (every backend of the store interface
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,14 +14,6 @@ from botweave.store.redis import RedisStore
 
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.support import RecordingAdapter, message
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[OpenAIEmulator]:
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -18,14 +18,6 @@ from tests.emulators.openai import OpenAIEmulator, Reply, tool_call
 from tests.support import RecordingAdapter, message
 
 
-@pytest.fixture
-async def llm():
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
-
-
 def agent(llm: OpenAIEmulator, tools: list[Any], **options: Any) -> dict[str, Any]:
     return {
         "model": "openai/gpt-emulated",

@@ -21,14 +21,6 @@ from tests.support import RecordingAdapter, StartApp, message
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
 
-@pytest.fixture
-async def llm():
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
-
-
 def config(llm: OpenAIEmulator, servers: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
         "bot": {"unknown_user_policy": "allow"},

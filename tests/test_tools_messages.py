@@ -29,14 +29,6 @@ from tests.support import StartApp
 MESSAGE_TOOLS = ["send_message", "react", "edit_message", "delete_message", "create_thread"]
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[OpenAIEmulator]:
-    emulator = OpenAIEmulator()
-    await emulator.start()
-    yield emulator
-    await emulator.stop()
-
-
 def agents(llm: OpenAIEmulator) -> dict[str, Any]:
     return {
         "remote": {
