@@ -59,6 +59,8 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, str, Any] | Non
 
 
 class ModelProcessGone(ModelCallFailed):
+    """The helper process making the call exited before it answered."""
+
     def __init__(self, detail: str) -> None:
         super().__init__("ModelProcessExited", detail)
 
@@ -200,6 +202,9 @@ class ModelProcesses:
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
