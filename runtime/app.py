@@ -22,7 +22,6 @@ import os
 import signal
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar
 from functools import partial
 from pathlib import Path
@@ -643,7 +642,7 @@ class App:
         with self._place(item) if self.model_processes is not None else contextlib.nullcontext():
             self._tasks.spawn(work, name="handle an inbound item")
 
-    def _place(self, item: BotMessage | PlatformEvent) -> ContextManager[None]:
+    def _place(self, item: BotMessage | PlatformEvent) -> contextlib.AbstractContextManager[None]:
         """The place of a message's turn in the event loop, if the loop is oldest-first (see
         event_loop.serving): its message's, and ahead of all other work until the turn has
         asked its model when the model calls run in other processes."""
