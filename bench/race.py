@@ -53,7 +53,7 @@ durable outbox (an intent before the send, a confirmation after it).
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
                           [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite] [--quick] [--profile]
-                          [--trace]
+                          [--trace] [--model-processes N]
 
 `--trace` prints, for every run, where its wall time went beyond the model's latency (from the
 times the model saw each request and the emulator saw each reply): burst → a chat's first

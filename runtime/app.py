@@ -637,18 +637,13 @@ class App:
 
     def _spawn(self, work: Coroutine[Any, Any, Any], item: BotMessage | PlatformEvent) -> None:
         # With the model calls in other processes, a turn runs ahead of other work from the
-        # moment it is spawned, so it starts while a burst is still being taken in rather than
-        # once every message of it was.
-        with self._place(item) if self.model_processes is not None else contextlib.nullcontext():
+        # moment it is spawned (see _run_pipeline), so it starts while a burst is still being
+        # taken in rather than once every message of it was.
+        place: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self.model_processes is not None and isinstance(item, BotMessage):
+            place = serving(received_at(item), ahead_until_asked=True)
+        with place:
             self._tasks.spawn(work, name="handle an inbound item")
-
-    def _place(self, item: BotMessage | PlatformEvent) -> contextlib.AbstractContextManager[None]:
-        """The place of a message's turn in the event loop, if the loop is oldest-first (see
-        event_loop.serving): its message's, and ahead of all other work until the turn has
-        asked its model when the model calls run in other processes."""
-        if not isinstance(item, BotMessage):
-            return contextlib.nullcontext()
-        return serving(received_at(item), ahead_until_asked=self.model_processes is not None)
 
     def _local(self, item: BotMessage | PlatformEvent) -> bool:
         adapter = self.adapters.get(item.platform)
@@ -728,7 +723,9 @@ class App:
             return await self._run_pipeline(item, durable=deduplicated)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool = False) -> TurnOutcome:
-        with self._place(msg):
+        # its place in the event loop, if the loop is oldest-first; with the model calls in
+        # other processes, ahead of all other work until it has asked its model
+        with serving(received_at(msg), ahead_until_asked=self.model_processes is not None):
             return await self._answer(msg, durable=durable)
 
     async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:

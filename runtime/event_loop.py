@@ -35,7 +35,8 @@ from botweave.model_client import prepared_on_loop, settled
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
-#: The receipt stamp of the message whose turn is running in this context (None outside turns).
+#: The place of the turn running in this context: its message's receipt stamp, or that less
+#: `_AHEAD` until it has asked its model (see `serving`); None outside turns.
 TURN_ORDER: contextvars.ContextVar[float | None] = contextvars.ContextVar("botweave_turn_order", default=None)
 
 #: Where work that is not a turn's sorts: before every turn (receipt stamps are positive).
