@@ -39,7 +39,7 @@ from botweave.files import FileSource, send_file
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.metrics import INBOUND, QUEUE_DEPTH
-from botweave.model_calls import litellm_module
+from botweave.model_calls import InProcess, ModelCalls, litellm_module
 from botweave.model_client import ModelCallExecutor
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
@@ -158,11 +158,9 @@ class App:
         self.store: Store = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=self.patience)
         self.hooks = HookRegistry()
         self.commands = CommandRegistry()
-        self.agents = {name: Agent(name, cfg) for name, cfg in config.agents.items()}
         self.model_processes = ModelProcesses(config.models.processes) if config.models.processes else None
-        if self.model_processes is not None:
-            for agent in self.agents.values():
-                agent.calls = self.model_processes
+        calls: ModelCalls = self.model_processes or InProcess()
+        self.agents = {name: Agent(name, cfg, calls=calls) for name, cfg in config.agents.items()}
         self.router = Router(config.routes, default_agent=next(iter(self.agents)))
         self.history = History(self.store)
         self.adapters: dict[str, Adapter] = {}
