@@ -1,4 +1,5 @@
-"""One turn at a time per conversation, many conversations at once.
+"""Conversations: what a message belongs to, and one turn at a time per conversation, many
+conversations at once.
 
 asyncio.Lock hands itself to waiters in arrival order, so messages of one conversation are
 answered in the order they came; a lock exists only while someone holds or waits for it, so
@@ -10,6 +11,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+from botweave.types import BotMessage
+
+
+def conversation_key(msg: BotMessage) -> str:
+    """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person."""
+    if msg.channel.channel_type == "dm":
+        return f"{msg.platform}:dm:{msg.sender.user_id}"
+    base = f"{msg.platform}:{msg.channel.channel_id}"
+    return f"{base}:{msg.thread_id}" if msg.thread_id else base
 
 
 class ConversationLocks:

@@ -17,8 +17,9 @@ from enum import Enum
 from botweave.adapter import Adapter
 from botweave.agents import UserTurn
 from botweave.config import BotConfig
+from botweave.conversations import conversation_key
 from botweave.delivery import Delivered, ReplyChannel
-from botweave.router import Target, conversation_key
+from botweave.router import Target
 from botweave.types import BotMessage
 
 

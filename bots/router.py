@@ -27,14 +27,6 @@ class Target:
         return self.kind == "room"
 
 
-def conversation_key(msg: BotMessage) -> str:
-    """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person."""
-    if msg.channel.channel_type == "dm":
-        return f"{msg.platform}:dm:{msg.sender.user_id}"
-    base = f"{msg.platform}:{msg.channel.channel_id}"
-    return f"{base}:{msg.thread_id}" if msg.thread_id else base
-
-
 def _facts(msg: BotMessage) -> dict[str, str | None]:
     return {
         "platform": msg.platform,

@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from botweave.router import conversation_key
+from botweave.conversations import conversation_key
 from botweave.runtime.locks import Lease
 from botweave.store import Patience, Put, Store, StoreOutage
 from botweave.store.redis import RedisStore, passing_errors

@@ -40,10 +40,10 @@ from typing import Any, Literal
 
 from botweave.agents import Agent, History
 from botweave.config import BotConfig
+from botweave.conversations import conversation_key
 from botweave.delivery import ReplyChannel
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
-from botweave.router import conversation_key
 from botweave.runtime.turns import turn_marker, user_entry
 from botweave.store import Store
 from botweave.types import META_RECEIVED_AT, META_REVISION, BotMessage, PlatformEvent

@@ -1,5 +1,6 @@
 from botweave.config import RouteConfig
-from botweave.router import Router, Target, conversation_key
+from botweave.conversations import conversation_key
+from botweave.router import Router, Target
 
 from tests.support import message
 
