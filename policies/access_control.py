@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from botweave.config import BotConfig
@@ -41,9 +42,17 @@ class AccessControl:
     bot's store from another process, or None when it cannot (state in this process's memory,
     or a store the program handed over): then no message points at that command."""
 
-    def __init__(self, store: Store, delivery: Delivery, *, cli_config: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        delivery: Delivery,
+        config_for: Callable[[str], BotConfig],
+        *,
+        cli_config: Path | None = None,
+    ) -> None:
         self.pairing = Pairing(store)
         self._delivery = delivery
+        self._config_for = config_for
         self.cli_config = cli_config
 
     def cli_command(self, platform: str, code: str = "<code>") -> str | None:
@@ -61,8 +70,27 @@ class AccessControl:
             return "the owner approves with /pair approve <code> in a direct message to the bot"
         return NOBODY_CAN_APPROVE
 
+    def explain(self, platform: str) -> None:
+        """Tell the operator at start what strangers on `platform` meet, and how to let them in."""
+        config = self._config_for(platform)
+        if config.unknown_user_policy == "pair":
+            log.warning(
+                "%s: unknown users get a pairing code; %s, or list them in allowed_users",
+                platform, self.approval_hint(platform, config.owner_user_id),
+            )
+        elif config.unknown_user_policy == "deny":
+            log.warning("%s: unknown users are ignored; add their ids to allowed_users to let them in", platform)
+
     async def owner(self, platform: str, config: BotConfig) -> str | None:
         return config.owner_user_id or await self.pairing.owner(platform)
+
+    async def owner_of(self, platform: str) -> str | None:
+        """The owner of `platform`'s bot: the configured one, else whoever paired as owner."""
+        return await self.owner(platform, self._config_for(platform))
+
+    async def admits(self, msg: BotMessage, config: BotConfig) -> bool:
+        """Whether the bot answers `msg`'s sender (only they may steer a running turn)."""
+        return await self.verdict(msg, config) == "admit"
 
     async def verdict(self, msg: BotMessage, config: BotConfig) -> AccessVerdict:
         verdict = decide_access(msg, config)

@@ -15,8 +15,9 @@ import sys
 from typing import Any, NoReturn
 
 from botweave.runtime import event_loop as oldest_first
-from botweave.runtime.app import EXIT_CONFIG, EXIT_STORE, Role
+from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
+from botweave.runtime.process import EXIT_CONFIG, EXIT_STORE
 from botweave.version import __version__
 
 log = logging.getLogger("botweave")

@@ -145,7 +145,8 @@ class InboundStream:
         self.claim_tick = min(claim_tick, lease / 2)
         self.max_len = max_len
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._concurrency = concurrency
+        #: Turns started at once; a worker reads no further entry while this many run.
+        self.concurrency = concurrency
         self._patience = patience or Patience()
         self._in_flight: set[str] = set()
         self._started: set[str] = set()  # in flight and past the wait for a predecessor
@@ -210,7 +211,7 @@ class InboundStream:
         try:
             while not stop.is_set():
                 free = min(
-                    self._concurrency - len(self._started),
+                    self.concurrency - len(self._started),
                     self.read_ahead - self._fresh_waiting(),
                     MAX_HELD - len(self._in_flight),
                 )

@@ -13,17 +13,32 @@ its own; `--ops-listen` gives each process on one host a port of its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from botweave.metrics import CONTENT_TYPE, exposition
 from botweave.runtime.config import parse_listen
+from botweave.store import Store
 
 log = logging.getLogger(__name__)
 
 #: The failing parts of the process, by name ("store", "telegram", ...), each with why.
 Readiness = Callable[[], Awaitable[dict[str, str]]]
+#: How long /readyz waits for the store to answer before calling it unreachable.
+STORE_PROBE_TIMEOUT_S = 2.0
+
+
+async def store_problem(store: Store) -> str | None:
+    """Why the store cannot serve right now (one read, within `STORE_PROBE_TIMEOUT_S`), or None."""
+    try:
+        await asyncio.wait_for(store.get("ops:ready"), STORE_PROBE_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return f"no answer within {STORE_PROBE_TIMEOUT_S:.0f}s"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 class OpsServer:

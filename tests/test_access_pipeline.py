@@ -68,7 +68,7 @@ async def test_bot_conversation_stops_at_the_budget_and_resumes_after_cooldown(m
          "bot_loop_protection": {"max_events_per_window": 3, "window_seconds": 60, "cooldown_seconds": 30}}
     )
     now = [1000.0]
-    monkeypatch.setattr("botweave.runtime.app.time.time", lambda: now[0])
+    monkeypatch.setattr("time.time", lambda: now[0])
     statuses = []
     for i in range(5):
         now[0] += 1

@@ -67,7 +67,7 @@ async def history(store: Store) -> list[dict[str, str]]:
 
 async def crashed(app: App) -> None:
     """Wait until the turn died, then stop the App the way a dead process would leave things."""
-    await wait_until(lambda: not app._tasks, timeout=10, what="the turn to die")
+    await asyncio.wait_for(app.drain(), timeout=10)  # the turn died
     await app.stop()
 
 
@@ -251,7 +251,8 @@ async def test_a_turn_cut_off_before_its_commit_runs_again_and_answers_once(
 
     monkeypatch.setattr(type(first.store), "commit", dying)
     emu.push_message(emu.private_chat(ann), ann, "hello")
-    await wait_until(lambda: died and not first._tasks, timeout=10, what="the turn to die at its commit")
+    await wait_until(lambda: died, timeout=10, what="the turn to reach its commit")
+    await asyncio.wait_for(first.drain(), timeout=10)  # and die there
     await first.stop()
     assert emu.sent(502) == []
     monkeypatch.setattr(type(first.store), "commit", commit)

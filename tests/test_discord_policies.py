@@ -104,7 +104,7 @@ async def test_two_bots_stop_at_the_loop_budget_and_resume_after_the_cooldown(
         )
     )
     other = emulator.other_bot
-    with caplog.at_level(logging.WARNING, logger="botweave.runtime.app"):
+    with caplog.at_level(logging.WARNING, logger="botweave.policies.authors"):
         for i in range(BUDGET + 2):
             await bot.say(f"ping {i}", author=other)
         tripped_at = time.time()  # the guard's clock; the cooldown began at the 4th message

@@ -53,8 +53,8 @@ def record_outcomes(app: App) -> list[TurnOutcome]:
     outcomes: list[TurnOutcome] = []
     handle = app.handle
 
-    async def recording(item: Any) -> TurnOutcome:
-        outcome = await handle(item)
+    async def recording(item: Any, **options: Any) -> TurnOutcome:
+        outcome = await handle(item, **options)
         outcomes.append(outcome)
         return outcome
 

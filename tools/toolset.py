@@ -5,9 +5,11 @@ agent's egress policy; this package never learns where those come from.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from botweave.agents import Agent
 from botweave.config import AgentConfig, McpServerConfig, MediaConfig, ToolEntry
 from botweave.delivery import Delivery
 from botweave.targets import Targets
@@ -20,6 +22,8 @@ from botweave.tools.python import function_tool, load_python_tools
 BUILTINS = (*MESSAGE_TOOLS, "fetch_url")
 #: Built-ins that act on messages already posted, which needs the ledger of the bot's own.
 NEEDS_LEDGER = frozenset({"edit_message", "delete_message"})
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,20 @@ class Toolsets:
                     tools[tool.name] = guarded(tool, entry)
         return tools
 
-    async def start(self) -> None:
+    def equip(self, agents: Mapping[str, Agent]) -> None:
+        """Give each agent its built-ins and Python tools (ValueError names a bad entry)."""
+        for name, agent in agents.items():
+            agent.tools.update(self.local_tools(name))
+
+    async def start(self, agents: Mapping[str, Agent]) -> None:
+        """Connect the MCP servers, then offer their tools to the agents that list them."""
         await self.mcp.start()
+        for name, agent in agents.items():
+            for tool_name, tool in self.server_tools(name).items():
+                if tool_name in agent.tools:
+                    log.warning("agent %s: MCP tool %s has the name of another tool; not offered", name, tool_name)
+                    continue
+                agent.tools[tool_name] = tool
 
     async def stop(self) -> None:
         await self.mcp.stop()

@@ -265,7 +265,7 @@ async def test_stop_reaches_a_turn_running_on_another_worker(chat: TurnDriver, r
     await chat.start(config, role="ingress")
     first = await chat.start(config, role="worker")
     assert first.stream is not None
-    first.stream._concurrency = 1  # busy with the story, it reads nothing more
+    first.stream.concurrency = 1  # busy with the story, it reads nothing more
     on_first: list = []
     _record_handled(first, on_first)
     chat.llm.queue_text(slow_answer())
@@ -288,7 +288,7 @@ async def test_an_edit_reaches_a_turn_running_on_another_worker(chat: TurnDriver
     await chat.start(config, role="ingress")
     first = await chat.start(config, role="worker")
     assert first.stream is not None
-    first.stream._concurrency = 1
+    first.stream.concurrency = 1
     chat.llm.queue_text(slow_answer())
     asked = await chat.say("tell me a story about dogs")
     streamed = await chat.streaming()
@@ -310,7 +310,7 @@ async def test_a_delete_reaches_a_turn_running_on_another_worker(chat: TurnDrive
     await chat.start(config, role="ingress")
     first = await chat.start(config, role="worker")
     assert first.stream is not None
-    first.stream._concurrency = 1
+    first.stream.concurrency = 1
     chat.llm.queue_text(slow_answer())
     asked = await chat.say("tell me a story")
     await chat.streaming()

@@ -109,17 +109,17 @@ class TurnDriver(ABC):
         if self.shared and role == "all":
             await self.start(config or self.config(**bot), role="worker")  # a second worker beside it
         self.app = app
-        for leader in app._leaders:  # with Redis, the adapter that receives is the leader's
-            await wait_until(lambda leader=leader: leader.adapter is not None, TIMEOUT_S, "the platform leader")
-        receivers = [leader.adapter for leader in app._leaders] or [app.adapters[self.name]]
+        # with Redis, the adapter that receives is the platform leader's, once it holds the connection
+        await wait_until(lambda: app.receiving(self.name) is not None, TIMEOUT_S, "the receiving adapter")
+        receiver = app.receiving(self.name)
+        assert receiver is not None
         submit = app.submit
 
         async def tap(item: BotMessage | PlatformEvent) -> None:
             self.items.append(item)
             await submit(item)
 
-        for adapter in receivers:
-            adapter.bind(tap)
+        receiver.bind(tap)
         await self._ready(app)
         return app
 
@@ -300,7 +300,8 @@ class SlackTurns(TurnDriver):
 
     async def _ready(self, app: App) -> None:
         await self.emu.wait_connected(TIMEOUT_S)
-        receiver = next((leader.adapter for leader in app._leaders), None) or app.adapters[self.name]
+        receiver = app.receiving(self.name)
+        assert receiver is not None
         self.delivery = EventDelivery(self.emu, receiver, "socket")
 
     def _channel(self, group: bool) -> str:

@@ -1,0 +1,70 @@
+"""What the running bot tells people through push notifications on its own: an approval
+waiting for them, a long turn finished, a mention in a room, a stand-up or scheduled run
+that was missed or failed; and the digests it sends out every half minute."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from botweave.agents import Agent
+from botweave.delivery import Delivered
+from botweave.push import NotificationCategory, Notifier
+from botweave.push.notifier import mention_triggers
+from botweave.runtime.config import Config
+from botweave.types import BotMessage
+
+log = logging.getLogger(__name__)
+
+DIGEST_FLUSH_SECONDS = 30.0
+
+
+class Notices:
+    def __init__(self, notifier: Notifier, config: Config) -> None:
+        self._notifier = notifier
+        self._config = config
+
+    async def approval_requested(self, platform: str, user_id: str, content: str, agent: str) -> None:
+        await self._notifier.notify(
+            NotificationCategory.APPROVAL_REQUESTED, [f"{platform}:{user_id}"], content, identity=agent, urgent=True
+        )
+
+    async def turn_finished(self, msg: BotMessage, agent: Agent, delivered: Delivered, seconds: float) -> None:
+        """A long turn tells the person who asked (`agent_finished`, if they opted in)."""
+        if seconds >= self._config.push.agent_finished_after_seconds:
+            await self._notifier.notify(
+                NotificationCategory.AGENT_FINISHED,
+                [f"{msg.platform}:{msg.sender.user_id}"],
+                delivered.text,
+                identity=agent.name,
+            )
+
+    async def room_posted(self, room: str, speaker: str, text: str) -> None:
+        for recipient, category in mention_triggers(text, self._config.push.known_people()):
+            await self._notifier.notify(category, [recipient], text, identity=f"room {room} ({speaker})")
+
+    async def room_missed(self, room: str, detail: str) -> None:
+        owner = self._config.rooms[room].owner if room in self._config.rooms else None
+        log.warning("room %s: %s", room, detail)
+        if owner:
+            await self._notifier.notify(
+                NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Room {room}: {detail}", identity=f"room {room}"
+            )
+
+    async def schedule_failed(self, name: str, detail: str) -> None:
+        owner = self._config.schedules[name].owner
+        if owner:
+            await self._notifier.notify(
+                NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Schedule {name}: {detail}", identity=f"schedule {name}"
+            )
+
+    async def flush_digests(self, stopping: asyncio.Event) -> None:
+        """Send the digests that are due, every `DIGEST_FLUSH_SECONDS`, until `stopping`."""
+        while not stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), timeout=DIGEST_FLUSH_SECONDS)
+            try:
+                await self._notifier.flush_digests()
+            except Exception:
+                log.exception("delivering notification digests failed; will retry")
