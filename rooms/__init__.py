@@ -5,11 +5,11 @@ transcript in the store so restarts resume the same schedule, and the scheduler 
 activities from cron schedules on APScheduler.
 """
 
+from botweave.cron import cron_trigger
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner, extract_mentions, next_round
 from botweave.rooms.runtime import Room, RoomMember, render_transcript
 from botweave.rooms.schedule import RoomScheduler, ScheduleInfo
-from botweave.schedule import cron_trigger
 
 __all__ = [
     "Room",

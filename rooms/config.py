@@ -3,7 +3,7 @@
 `rooms:` in bot.yaml is a mapping of room name to `RoomConfig`; each error names its YAML
 path (`rooms.<name>.<field>`) and the accepted form, because the person reading it is fixing
 a bot.yaml, not debugging Python. Cron expressions are read by the kernel's `cron_trigger`
-(botweave.schedule), the way crontab(5) reads them.
+(botweave.cron), the way crontab(5) reads them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from botweave.config import ConfigError, Section, format_errors, problem, raise_problems
-from botweave.schedule import cron_trigger
+from botweave.cron import cron_trigger
 from pydantic import (
     AfterValidator,
     AliasChoices,

@@ -1,5 +1,5 @@
 """Scheduled kickoffs for rooms: each room with a `schedule:` is a job of the kernel's cron
-scheduler (botweave.schedule), which keeps the ledger that makes an occurrence either fire
+scheduler (botweave.cron), which keeps the ledger that makes an occurrence either fire
 once or be recorded as missed (`room:<name>:schedule:last`, `room:<name>:missed`), across
 restarts too. This module adds what is particular to rooms: the kickoff text, the target
 conversation, and `botweave room run` / `room list`.
@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from typing import NamedTuple
 
 from apscheduler.triggers.base import BaseTrigger
+from botweave.cron import Clock, CronScheduler, Job, OnMissed, cron_trigger
 from botweave.rooms.config import RoomConfig
-from botweave.schedule import Clock, CronScheduler, Job, OnMissed, cron_trigger
 from botweave.store import Store
 
 __all__ = ["Fire", "OnMissed", "RoomScheduler", "ScheduleInfo"]

@@ -40,7 +40,7 @@ from botweave.runtime.model_processes import ModelProcesses
 from botweave.runtime.notices import Notices
 from botweave.runtime.outgoing import Outgoing
 from botweave.runtime.pipeline import build_pipeline
-from botweave.runtime.schedules import AgentSchedules
+from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn

@@ -42,7 +42,7 @@ from botweave.policies.egress import EgressPolicy
 from botweave.push.config import PushConfig
 from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
-from botweave.runtime.schedules import ScheduleConfig
+from botweave.runtime.scheduled_agents import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
 from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails

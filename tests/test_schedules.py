@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from apscheduler.triggers.cron import CronTrigger
 from botweave import App, ConfigError
-from botweave.runtime.schedules import AgentSchedules
-from botweave.schedule import Job
+from botweave.cron import Job
+from botweave.runtime.scheduled_agents import AgentSchedules
 
 from tests.emulators.telegram import (
     TelegramEmulator,

@@ -11,7 +11,7 @@ target, the way a room's stand-up is scheduled.
         owner: slack:U0123456     # told when a run is missed or fails
 
 Decisions, and why:
-- The cron ledger is the kernel's (botweave.schedule), shared with rooms: an occurrence runs
+- The cron ledger is the kernel's (botweave.cron), shared with rooms: an occurrence runs
   once or is recorded as missed (`schedule:<name>:missed`), never runs late. A run that fails
   (the target does not resolve, the model fails, the post is refused) is recorded in
   `schedule:<name>:failed`. Either way the owner is notified (`scheduled_task_failed`).
@@ -39,10 +39,10 @@ from apscheduler.triggers.base import BaseTrigger
 from botweave.agents import Agent, AgentError, History, ToolTurn
 from botweave.config import BotConfig, Section
 from botweave.conversations import ConversationLocks
+from botweave.cron import Clock, CronScheduler, Job, cron_trigger
 from botweave.delivery import Delivery
 from botweave.replies import format_footer, is_silent, with_footer
 from botweave.runtime.turns import user_entry
-from botweave.schedule import Clock, CronScheduler, Job, cron_trigger
 from botweave.store import Store
 from botweave.targets import Targets
 from botweave.tooling import ToolContext

@@ -12,11 +12,11 @@ walk the trigger's occurrences after that time up to now: those older than
 
 On the very first start (no ledger yet) nothing is backfilled: the ledger starts at now.
 
-Cron expressions are standard five-field crontab lines, interpreted the way crontab(5) does,
-not the way APScheduler 3 would read them raw: APScheduler 3 numbers weekdays from Monday = 0,
-so a raw "0 9 * * 1-5" would run Tuesday to Saturday. We translate the day-of-week field to
-names first (0 and 7 are Sunday), and when both day-of-month and day-of-week are restricted
-the schedule fires when *either* matches, as cron does. `@daily`-style nicknames are accepted.
+Cron expressions are standard five-field crontab lines (or `@daily`-style nicknames), read
+by croniter the way crontab(5) reads them: weekdays from Sunday = 0 (7 is Sunday too), and a
+line that restricts both day of month and day of week fires when either matches. APScheduler
+3's own crontab reading numbers weekdays from Monday, so `CrontabTrigger` hands croniter's
+times to APScheduler instead.
 
 This lives in the kernel because two features schedule (rooms, and the runtime's scheduled
 agents) and features may not import each other.
@@ -36,10 +36,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.events import EVENT_JOB_MISSED, JobExecutionEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
-from apscheduler.triggers.combining import OrTrigger
-from apscheduler.triggers.cron import CronTrigger
 from botweave.store import Store
 from botweave.tasks import TaskOwner
+from croniter import CroniterBadDateError, croniter
 
 log = logging.getLogger(__name__)
 
@@ -52,56 +51,35 @@ Clock = Callable[[], datetime]
 MAX_OCCURRENCES = 10_000  # walking further back than this is pointless; older ones are summarised
 MAX_MISSED_KEPT = 500
 
-_NICKNAMES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+#: The fields of a crontab line, in order, as errors name them.
+FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 
 
-def _weekday(token: str) -> int:
-    """A crontab weekday token as 0..7 (both 0 and 7 are Sunday)."""
-    lowered = token.strip().lower()
-    if lowered.isdigit():
-        value = int(lowered)
-        if 0 <= value <= 7:
-            return value
-    elif lowered[:3] in _DAYS and len(lowered) == 3:
-        return _DAYS.index(lowered)
-    raise ValueError(f"bad day of week {token!r} (use 0-7 or sun..sat)")
+class CrontabTrigger(BaseTrigger):
+    """A crontab line as an APScheduler 3 trigger, read by croniter the way crontab(5) reads
+    it: weekdays numbered from Sunday (0 and 7), day of month and day of week either
+    matching when both are restricted, `@daily`-style nicknames. (APScheduler 3's own
+    `CronTrigger.from_crontab` numbers weekdays from Monday and wants both days to match.)"""
 
+    def __init__(self, expression: str, zone: ZoneInfo) -> None:
+        self.expression = expression
+        self.timezone = zone
 
-def _standard_day_of_week(expr: str) -> str:
-    """Translate a crontab day-of-week field into APScheduler 3's day names."""
-    if expr in ("*", "?"):
-        return "*"
-    days: set[int] = set()
-    for item in expr.split(","):
-        base, slash, step_text = item.partition("/")
-        step = 1
-        if slash:
-            if not step_text.isdigit() or int(step_text) < 1:
-                raise ValueError(f"bad step in day of week {item!r}")
-            step = int(step_text)
-        if base in ("*", "?"):
-            low, high = 0, 6
-        elif "-" in base:
-            start, _, end = base.partition("-")
-            low, high = _weekday(start), _weekday(end)
-            if low > high:
-                raise ValueError(f"day-of-week range {base!r} runs backwards")
-        else:
-            low = _weekday(base)
-            high = 7 if slash else low
-        days.update(day % 7 for day in range(low, high + 1, step))
-    if len(days) == 7:
-        return "*"
-    return ",".join(_DAYS[day] for day in sorted(days))
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime | None:
+        """The first fire time at or after `now`, or right after `previous_fire_time` when
+        that is earlier (how APScheduler learns which runs were missed); None if it never fires."""
+        start = now if previous_fire_time is None else min(now, previous_fire_time + timedelta(microseconds=1))
+        base = start.astimezone(self.timezone) - timedelta(microseconds=1)  # croniter answers strictly after
+        try:
+            return cast(datetime, croniter(self.expression, base).get_next(datetime))
+        except CroniterBadDateError:
+            return None
+
+    def __str__(self) -> str:
+        return f"cron[{self.expression}]"
+
+    def __repr__(self) -> str:
+        return f"<CrontabTrigger ({self.expression!r}, timezone={str(self.timezone)!r})>"
 
 
 def cron_trigger(expr: str, timezone: str = "UTC") -> BaseTrigger:
@@ -110,23 +88,26 @@ def cron_trigger(expr: str, timezone: str = "UTC") -> BaseTrigger:
         tz = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {timezone!r}; use an IANA name such as Europe/Berlin") from None
-    text = _NICKNAMES.get(expr.strip().lower(), expr)
+    text = expr.strip()
     fields = text.split()
-    if len(fields) != 5:
+    if not text.startswith("@") and len(fields) != 5:
         raise ValueError(
             f"got {len(fields)} fields; a cron expression has 5: "
             "minute hour day-of-month month day-of-week, e.g. \"0 9 * * mon-fri\""
         )
-    minute, hour, day, month, day_of_week = fields
-    weekday = _standard_day_of_week(day_of_week)
-    if day.startswith(("*", "?")) or day_of_week.startswith(("*", "?")):
-        day = "*" if day == "?" else day
-        return CronTrigger.from_crontab(f"{minute} {hour} {day} {month} {weekday}", timezone=tz)
-    # Both restricted: crontab(5) fires when either field matches.
-    return OrTrigger([
-        CronTrigger.from_crontab(f"{minute} {hour} {day} {month} *", timezone=tz),
-        CronTrigger.from_crontab(f"{minute} {hour} * {month} {weekday}", timezone=tz),
-    ])
+    if not croniter.is_valid(text):
+        raise ValueError(_what_is_wrong(fields))
+    return CrontabTrigger(text, tz)
+
+
+def _what_is_wrong(fields: Sequence[str]) -> str:
+    """The first field croniter refuses on its own, named."""
+    for index, (name, value) in enumerate(zip(FIELDS, fields)):
+        alone = ["*"] * len(FIELDS)
+        alone[index] = value
+        if not croniter.is_valid(" ".join(alone)):
+            return f"bad {name} {value!r}"
+    return "not a crontab line (five fields, or a nickname such as @daily)"
 
 
 def _utc_now() -> datetime:
