@@ -259,178 +259,11 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
         return merged
 
 
-class NetworkConfig(Section):
-    """Which hosts tools may reach (`fetch_url`, MCP servers over HTTP). The rules are the
-    egress policy's (see policies/egress.py); here they are only data, so an agent can carry
-    its own."""
-
-    allow_hosts: list[str] = Field(default_factory=list)
-    deny_hosts: list[str] = Field(default_factory=list)
-
-
-class McpServerConfig(Section):
-    """One MCP server: a command started with the bot (stdio) or a URL (streamable HTTP)."""
-
-    command: Optional[list[str]] = None
-    url: Optional[str] = None
-    env: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry the server's keys
-    cwd: Optional[str] = None
-    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry a bearer token
-    #: How long start-up waits for the server to answer before the bot goes on without it.
-    startup_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> McpServerConfig:
-        if (self.command is None) == (self.url is None):
-            raise ValueError("an MCP server needs exactly one of `command: [program, arg, ...]` or `url: http://...`")
-        if self.command is not None and not (self.command and all(part.strip() for part in self.command)):
-            raise ValueError("command: must list the program and its arguments, e.g. [python, server.py]")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url: must start with http:// or https:// (got {self.url!r})")
-        return self
-
-
-ToolKind = Literal["builtin", "python", "mcp"]
-
-
-class ToolEntry(Section):
-    """One entry of an agent's `tools:` list: a built-in by name (a bare string or
-    `{name: ...}`), a Python function `{python: "module:function"}`, or the tools of an MCP
-    server `{mcp: {SERVER: {command: [...]} | {url: ...}}}`. `approval: required` makes
-    every tool of the entry wait for a person's yes (`approver`: the person who asked, or the
-    bot's owner) before it runs; no answer within `approval_timeout_seconds` is a no."""
-
-    name: Optional[str] = None
-    python: Optional[str] = None
-    mcp: Optional[dict[str, McpServerConfig]] = None
-    timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
-    approval: Literal["required", "none"] = "none"
-    approver: Optional[Literal["requester", "owner"]] = None
-    approval_timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bare_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ToolEntry:
-        given = [key for key in ("name", "python", "mcp") if getattr(self, key) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "a tool is a built-in name, {python: \"module:function\"} or "
-                "{mcp: {SERVER: {command: [...]}}} (exactly one of name, python, mcp)"
-            )
-        if self.python is not None:
-            module, _, function = self.python.partition(":")
-            if not module.strip() or not function.strip():
-                raise ValueError(f"python: must be \"module:function\", e.g. \"mytools:weather\" (got {self.python!r})")
-        if self.approval != "required":
-            given = [key for key in ("approver", "approval_timeout_seconds") if getattr(self, key) is not None]
-            if given:
-                raise ValueError(f"{' and '.join(given)} only apply with `approval: required`")
-        if self.mcp is not None and len(self.mcp) != 1:
-            raise ValueError(
-                "mcp: name exactly one server per entry, e.g. {mcp: {files: {command: [python, server.py]}}}; "
-                "its tools are called SERVER__TOOL"
-            )
-        return self
-
-    @property
-    def kind(self) -> ToolKind:
-        if self.python is not None:
-            return "python"
-        return "mcp" if self.mcp is not None else "builtin"
-
-    @property
-    def server(self) -> tuple[str, McpServerConfig]:
-        """The MCP server of an `mcp` entry: its name in bot.yaml and how to reach it."""
-        assert self.mcp is not None
-        return next(iter(self.mcp.items()))
-
-
-DEFAULT_ALLOW_MIME = ("image/*", "text/*", "application/pdf", "audio/*")
-_MIME_PATTERN = re.compile(r"^(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
-
-
-class TranscriptionConfig(Section):
-    """The speech-to-text model voice notes go through (litellm's transcription API); with no
-    model, voice notes reach the agent as a marker, not as words."""
-
-    model: Optional[str] = None
-    api_base: Optional[str] = None
-    api_key: Optional[SecretStr] = None
-
-
-class MediaConfig(Section):
-    """What the bot reads of the files people send, and where it may post files from."""
-
-    #: The largest file read or sent, checked against the size a platform declares and again
-    #: while the bytes arrive.
-    max_bytes: Annotated[int, Field(ge=1)] = 20_000_000
-    #: Files read per message; the rest are named in a notice, not read.
-    max_files: Annotated[int, Field(ge=0)] = 10
-    #: The types that are read at all (`image/*` wildcards allowed); others get a notice.
-    allow_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_MIME))
-    #: The most text taken from one document (text files, PDFs).
-    document_chars: Annotated[int, Field(ge=0)] = 20_000
-    #: The only folder `send_file` may post files from by path; unset, no path is allowed.
-    files_dir: Optional[str] = None
-    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
-
-    @field_validator("allow_mime", mode="before")
-    @classmethod
-    def _mime_patterns(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            return value
-        problems = []
-        patterns = []
-        for index, item in enumerate(value):
-            text = str(item).strip().lower()
-            if not _MIME_PATTERN.match(text):
-                problems.append(
-                    problem(
-                        (index,),
-                        f"{item!r} is not a MIME type; write type/subtype, e.g. image/png, image/* or application/pdf",
-                        item,
-                    )
-                )
-            patterns.append(text)
-        raise_problems(cls.__name__, problems)
-        return patterns
-
-    def merged(self, override: MediaOverrides | None) -> MediaConfig:
-        """These settings with an agent's own `media:` on top (only the keys it sets; a
-        `transcription:` there is merged key by key too)."""
-        if override is None:
-            return self
-        update = {name: getattr(override, name) for name in override.model_fields_set if name != "transcription"}
-        if override.transcription is not None:
-            fields = override.transcription.model_fields_set
-            update["transcription"] = self.transcription.model_copy(
-                update={name: getattr(override.transcription, name) for name in fields}
-            )
-        return self.model_copy(update=update)
-
-
-class MediaOverrides(Section):
-    """An agent's `media:`: any MediaConfig key, replacing the top-level value for that agent."""
-
-    max_bytes: Optional[Annotated[int, Field(ge=1)]] = None
-    max_files: Optional[Annotated[int, Field(ge=0)]] = None
-    allow_mime: Optional[list[str]] = None
-    document_chars: Optional[Annotated[int, Field(ge=0)]] = None
-    files_dir: Optional[str] = None
-    transcription: Optional[TranscriptionConfig] = None
-
-    _mime_patterns = field_validator("allow_mime", mode="before")(
-        MediaConfig._mime_patterns.__func__  # type: ignore[attr-defined]
-    )
-
-
 class AgentConfig(Section):
+    """What the kernel's `Agent` needs of an agent's section: its model, how it is asked and
+    how it appears. The parts that configure features (its tools, media and network) belong
+    to those features; the runtime composes the whole `agents.NAME` section from them."""
+
     model: str
     instructions: str = "You are a helpful assistant."
     temperature: Optional[Annotated[float, Field(ge=0, le=2)]] = None
@@ -439,11 +272,8 @@ class AgentConfig(Section):
     api_base: Optional[str] = None
     api_key: Optional[SecretStr] = None
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
-    tools: list[ToolEntry] = Field(default_factory=list)
     #: Rounds of tool calls in one turn before the model must answer in words.
     max_tool_rounds: Annotated[int, Field(ge=1)] = 8
-    #: Replaces the top-level `network:` for this agent's tools when set.
-    network: Optional[NetworkConfig] = None
     # How the agent appears when it posts as itself in a room.
     display_name: Optional[str] = None
     avatar_url: Optional[str] = None
@@ -451,8 +281,6 @@ class AgentConfig(Section):
     #: Whether images reach the model as pictures: `auto` asks litellm whether the model has
     #: vision; without it the agent reads a marker such as `[image image/png 12 KB]`.
     vision: Union[bool, Literal["auto"]] = "auto"
-    #: This agent's own media settings, on top of the top-level `media:`.
-    media: Optional[MediaOverrides] = None
 
     @field_validator("vision", mode="before")
     @classmethod

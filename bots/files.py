@@ -26,12 +26,11 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import unquote, urljoin, urlsplit
 
 import aiohttp
 from botweave.adapter import ByteLimit, FileTooLarge, FileUnavailable
-from botweave.config import MediaConfig
 from botweave.delivery import Delivery
 from botweave.targets import Targets
 from botweave.types import BotMessage, MessageActionResult, OutboundFile
@@ -41,6 +40,18 @@ log = logging.getLogger(__name__)
 FileKind = Literal["image", "voice", "document", "video", "file"]
 #: Why a URL may not be fetched, or None when it may: the network egress policy's question.
 UrlCheck = Callable[[str], str | None]
+
+
+class FileLimits(Protocol):
+    """What loading a file to post needs of the media settings (the top-level `media:`, or
+    an agent's own on top): the size limit, and the one folder files may come from by path."""
+
+    @property
+    def max_bytes(self) -> int: ...
+
+    @property
+    def files_dir(self) -> str | None: ...
+
 
 CHUNK_BYTES = 64 * 1024
 MAX_REDIRECTS = 5
@@ -356,7 +367,7 @@ class FileSource:
     mime: str | None = None
 
 
-async def load_file(source: FileSource, *, media: MediaConfig, egress: UrlCheck | None = None) -> OutboundFile:
+async def load_file(source: FileSource, *, media: FileLimits, egress: UrlCheck | None = None) -> OutboundFile:
     """The file from exactly one source, within `media` (see the module docstring)."""
     given = [value for value in (source.data, source.data_base64, source.path, source.url) if value]
     if len(given) != 1:
@@ -380,7 +391,7 @@ async def send_file(
     target: str,
     source: FileSource,
     *,
-    media: MediaConfig,
+    media: FileLimits,
     origin: BotMessage | None = None,
     caption: str = "",
     egress: UrlCheck | None = None,

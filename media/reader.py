@@ -28,7 +28,6 @@ from typing import Any
 
 from botweave.adapter import Adapter, FileTooLarge, FileUnavailable
 from botweave.agents import Agent, UserTurn
-from botweave.config import MediaConfig
 from botweave.files import (
     display_name,
     human_size,
@@ -39,6 +38,7 @@ from botweave.files import (
     mime_of,
     sniff_mime,
 )
+from botweave.media.config import MediaConfig
 from botweave.media.documents import extract
 from botweave.media.images import ImageLimit, ImageUnreadable, fit, image_part, limit_for
 from botweave.media.speech import TranscriptionFailed, transcribe

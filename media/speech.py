@@ -3,7 +3,7 @@ providers litellm maps to it), with the model and credentials of `media.transcri
 
 from __future__ import annotations
 
-from botweave.config import TranscriptionConfig
+from botweave.media.config import TranscriptionConfig
 from botweave.model_calls import litellm_module
 
 #: Transcription services judge a file by its name's extension; Telegram's voice notes have

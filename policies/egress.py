@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import idna
-from botweave.config import NetworkConfig
+from botweave.policies.config import NetworkConfig
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -25,9 +25,6 @@ from botweave.config import (
     AgentConfig,
     BotConfig,
     ConfigError,
-    MediaConfig,
-    MediaOverrides,
-    NetworkConfig,
     PlatformConfig,
     RouteConfig,
     Section,
@@ -37,13 +34,15 @@ from botweave.config import (
     raise_problems,
     substitute_env,
 )
-from botweave.policies.config import AdmissionConfig
+from botweave.media.config import AgentMedia, MediaConfig, MediaOverrides
+from botweave.policies.config import AdmissionConfig, AgentNetwork, NetworkConfig
 from botweave.policies.egress import EgressPolicy
 from botweave.push.config import PushConfig
 from botweave.rooms.config import Rooms
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.scheduled_agents import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
+from botweave.tools.config import AgentTools
 from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
@@ -89,9 +88,15 @@ class ModelsConfig(Section):
     processes: Annotated[int, Field(ge=0, le=32)] = 0
 
 
+class AgentSection(AgentMedia, AgentNetwork, AgentTools, AgentConfig):
+    """An agent's whole section, `agents.NAME`: what the kernel's `Agent` reads of it (its
+    model, how it is asked and how it appears) and each feature's part (its tools, media and
+    network), each part owned by the package it configures."""
+
+
 class Config(Section):
     bot: BotConfig = Field(default_factory=BotConfig)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentSection] = Field(default_factory=dict)
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)  # type: ignore[valid-type]
     routes: list[RouteConfig] = Field(default_factory=list)
     store: StoreConfig = Field(default_factory=StoreConfig)

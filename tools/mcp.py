@@ -19,9 +19,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from botweave.config import McpServerConfig
 from botweave.tasks import spawn
 from botweave.tooling import ToolContext, ToolError
+from botweave.tools.config import McpServerConfig
 
 log = logging.getLogger(__name__)
 

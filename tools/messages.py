@@ -17,9 +17,8 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from botweave.config import MediaConfig
 from botweave.delivery import Delivery, Destination
-from botweave.files import FileSource, send_file
+from botweave.files import FileLimits, FileSource, send_file
 from botweave.targets import Targets
 from botweave.tooling import Egress, ToolContext, action_output
 from botweave.tools.python import FunctionTool, function_tool
@@ -41,7 +40,7 @@ class MessageTools:
         delivery: Delivery,
         targets: Targets,
         *,
-        media_for: Callable[[str], MediaConfig],
+        media_for: Callable[[str], FileLimits],
         egress_for: Callable[[str], Egress],
     ) -> None:
         self.delivery = delivery

@@ -10,10 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from botweave.agents import Agent
-from botweave.config import AgentConfig, McpServerConfig, MediaConfig, ToolEntry
 from botweave.delivery import Delivery
+from botweave.files import FileLimits
 from botweave.targets import Targets
 from botweave.tooling import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalRule, Egress, NeedsApproval, Tool
+from botweave.tools.config import AgentTools, McpServerConfig, ToolEntry
 from botweave.tools.fetch import FetchUrl
 from botweave.tools.mcp import McpServers
 from botweave.tools.messages import MESSAGE_TOOLS, MessageTools
@@ -33,10 +34,10 @@ class ToolServices:
 
     delivery: Delivery
     targets: Targets
-    media_for: Callable[[str], MediaConfig]
+    media_for: Callable[[str], FileLimits]
 
 
-def mcp_servers(agents: Mapping[str, AgentConfig]) -> dict[str, McpServerConfig]:
+def mcp_servers(agents: Mapping[str, AgentTools]) -> dict[str, McpServerConfig]:
     """Every MCP server the agents name, once each (the configuration checked that a name
     means the same server wherever it appears)."""
     found: dict[str, McpServerConfig] = {}
@@ -68,7 +69,7 @@ class Toolsets:
     """Builds and holds the tools of every agent, and the MCP connections they share."""
 
     def __init__(
-        self, agents: Mapping[str, AgentConfig], services: ToolServices, egress_for: Callable[[str], Egress]
+        self, agents: Mapping[str, AgentTools], services: ToolServices, egress_for: Callable[[str], Egress]
     ) -> None:
         self._agents = agents
         self._egress_for = egress_for

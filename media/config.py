@@ -1,0 +1,96 @@
+"""The media part of bot.yaml: the top-level `media:` section and an agent's own `media:`
+on top of it (`AgentMedia`, part of its `agents.NAME` section)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Optional
+
+from botweave.config import Section, problem, raise_problems
+from pydantic import Field, SecretStr, field_validator
+
+DEFAULT_ALLOW_MIME = ("image/*", "text/*", "application/pdf", "audio/*")
+_MIME_PATTERN = re.compile(r"^(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
+
+
+class TranscriptionConfig(Section):
+    """The speech-to-text model voice notes go through (litellm's transcription API); with no
+    model, voice notes reach the agent as a marker, not as words."""
+
+    model: Optional[str] = None
+    api_base: Optional[str] = None
+    api_key: Optional[SecretStr] = None
+
+
+class MediaConfig(Section):
+    """What the bot reads of the files people send, and where it may post files from."""
+
+    #: The largest file read or sent, checked against the size a platform declares and again
+    #: while the bytes arrive.
+    max_bytes: Annotated[int, Field(ge=1)] = 20_000_000
+    #: Files read per message; the rest are named in a notice, not read.
+    max_files: Annotated[int, Field(ge=0)] = 10
+    #: The types that are read at all (`image/*` wildcards allowed); others get a notice.
+    allow_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_MIME))
+    #: The most text taken from one document (text files, PDFs).
+    document_chars: Annotated[int, Field(ge=0)] = 20_000
+    #: The only folder `send_file` may post files from by path; unset, no path is allowed.
+    files_dir: Optional[str] = None
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
+
+    @field_validator("allow_mime", mode="before")
+    @classmethod
+    def _mime_patterns(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            return value
+        problems = []
+        patterns = []
+        for index, item in enumerate(value):
+            text = str(item).strip().lower()
+            if not _MIME_PATTERN.match(text):
+                problems.append(
+                    problem(
+                        (index,),
+                        f"{item!r} is not a MIME type; write type/subtype, e.g. image/png, image/* or application/pdf",
+                        item,
+                    )
+                )
+            patterns.append(text)
+        raise_problems(cls.__name__, problems)
+        return patterns
+
+    def merged(self, override: MediaOverrides | None) -> MediaConfig:
+        """These settings with an agent's own `media:` on top (only the keys it sets; a
+        `transcription:` there is merged key by key too)."""
+        if override is None:
+            return self
+        update = {name: getattr(override, name) for name in override.model_fields_set if name != "transcription"}
+        if override.transcription is not None:
+            fields = override.transcription.model_fields_set
+            update["transcription"] = self.transcription.model_copy(
+                update={name: getattr(override.transcription, name) for name in fields}
+            )
+        return self.model_copy(update=update)
+
+
+class MediaOverrides(Section):
+    """An agent's `media:`: any MediaConfig key, replacing the top-level value for that agent."""
+
+    max_bytes: Optional[Annotated[int, Field(ge=1)]] = None
+    max_files: Optional[Annotated[int, Field(ge=0)]] = None
+    allow_mime: Optional[list[str]] = None
+    document_chars: Optional[Annotated[int, Field(ge=0)]] = None
+    files_dir: Optional[str] = None
+    transcription: Optional[TranscriptionConfig] = None
+
+    _mime_patterns = field_validator("allow_mime", mode="before")(
+        MediaConfig._mime_patterns.__func__  # type: ignore[attr-defined]
+    )
+
+
+class AgentMedia(Section):
+    """An agent's `media:`: its own media settings, on top of the top-level `media:`."""
+
+    media: Optional[MediaOverrides] = None

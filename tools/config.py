@@ -1,0 +1,96 @@
+"""The tools' part of bot.yaml: an agent's `tools:` list (`AgentTools`, part of its
+`agents.NAME` section) and the MCP servers its entries name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from botweave.config import Section
+from pydantic import Field, model_validator
+
+
+class McpServerConfig(Section):
+    """One MCP server: a command started with the bot (stdio) or a URL (streamable HTTP)."""
+
+    command: Optional[list[str]] = None
+    url: Optional[str] = None
+    env: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry the server's keys
+    cwd: Optional[str] = None
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry a bearer token
+    #: How long start-up waits for the server to answer before the bot goes on without it.
+    startup_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of `command: [program, arg, ...]` or `url: http://...`")
+        if self.command is not None and not (self.command and all(part.strip() for part in self.command)):
+            raise ValueError("command: must list the program and its arguments, e.g. [python, server.py]")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url: must start with http:// or https:// (got {self.url!r})")
+        return self
+
+
+ToolKind = Literal["builtin", "python", "mcp"]
+
+
+class ToolEntry(Section):
+    """One entry of an agent's `tools:` list: a built-in by name (a bare string or
+    `{name: ...}`), a Python function `{python: "module:function"}`, or the tools of an MCP
+    server `{mcp: {SERVER: {command: [...]} | {url: ...}}}`. `approval: required` makes
+    every tool of the entry wait for a person's yes (`approver`: the person who asked, or the
+    bot's owner) before it runs; no answer within `approval_timeout_seconds` is a no."""
+
+    name: Optional[str] = None
+    python: Optional[str] = None
+    mcp: Optional[dict[str, McpServerConfig]] = None
+    timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+    approval: Literal["required", "none"] = "none"
+    approver: Optional[Literal["requester", "owner"]] = None
+    approval_timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ToolEntry:
+        given = [key for key in ("name", "python", "mcp") if getattr(self, key) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a tool is a built-in name, {python: \"module:function\"} or "
+                "{mcp: {SERVER: {command: [...]}}} (exactly one of name, python, mcp)"
+            )
+        if self.python is not None:
+            module, _, function = self.python.partition(":")
+            if not module.strip() or not function.strip():
+                raise ValueError(f"python: must be \"module:function\", e.g. \"mytools:weather\" (got {self.python!r})")
+        if self.approval != "required":
+            given = [key for key in ("approver", "approval_timeout_seconds") if getattr(self, key) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} only apply with `approval: required`")
+        if self.mcp is not None and len(self.mcp) != 1:
+            raise ValueError(
+                "mcp: name exactly one server per entry, e.g. {mcp: {files: {command: [python, server.py]}}}; "
+                "its tools are called SERVER__TOOL"
+            )
+        return self
+
+    @property
+    def kind(self) -> ToolKind:
+        if self.python is not None:
+            return "python"
+        return "mcp" if self.mcp is not None else "builtin"
+
+    @property
+    def server(self) -> tuple[str, McpServerConfig]:
+        """The MCP server of an `mcp` entry: its name in bot.yaml and how to reach it."""
+        assert self.mcp is not None
+        return next(iter(self.mcp.items()))
+
+
+class AgentTools(Section):
+    """An agent's `tools:`: what it may call, in the order listed."""
+
+    tools: list[ToolEntry] = Field(default_factory=list)
