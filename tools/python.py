@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+import docstring_parser
 from botweave.tooling import ToolContext, ToolError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -36,9 +37,6 @@ __all__ = ["FunctionTool", "function_tool", "load_python_tools", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 MARK = "__botweave_tool__"
-_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?)\s*:\s*$")
-_GOOGLE_ARG = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_REST_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
 
 
 @dataclass(frozen=True)
@@ -81,38 +79,14 @@ def tool(
 
 
 def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """The description (everything before the first section) and each parameter's line from
-    a Google-style `Args:` section or reST `:param x:` fields."""
+    """The description (what comes before the sections) and each parameter's description,
+    from a Google (`Args:`), reST (`:param x:`) or numpydoc docstring, each on one line."""
     if not doc:
         return "", {}
-    summary: list[str] = []
-    params: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    for line in inspect.cleandoc(doc).splitlines():
-        rest = _REST_PARAM.match(line)
-        if rest:
-            current, section = rest.group(1), "rest"
-            params[current] = rest.group(2).strip()
-            continue
-        header = _SECTION.match(line)
-        if header:
-            section = header.group(1).lower()
-            current = None
-            continue
-        if section is None:
-            summary.append(line)
-        elif section in ("args", "arguments", "parameters", "params"):
-            arg = _GOOGLE_ARG.match(line)
-            if arg and (len(line) - len(line.lstrip())) <= 4:
-                current = arg.group(1).lstrip("*")
-                params[current] = arg.group(2).strip()
-            elif current and line.strip():
-                params[current] = f"{params[current]} {line.strip()}".strip()
-        elif section == "rest" and current and line.startswith((" ", "\t")) and line.strip():
-            params[current] = f"{params[current]} {line.strip()}"
-    description = " ".join(" ".join(summary).split())
-    return description, params
+    parsed = docstring_parser.parse(doc)
+    description = " ".join(part for part in (parsed.short_description, parsed.long_description) if part)
+    params = {param.arg_name.lstrip("*"): " ".join((param.description or "").split()) for param in parsed.params}
+    return " ".join(description.split()), params
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
