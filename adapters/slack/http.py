@@ -8,9 +8,11 @@ slack-bolt before it is signed and usable:
    → 429, nothing read;
 2. no `X-Slack-Signature` / `X-Slack-Request-Timestamp`, a timestamp that is not a number or
    is more than five minutes away from now → 401, the body not read;
-3. the HMAC-SHA256 of `v0:<timestamp>:<raw body>` does not match → 401;
-4. signed, but not a body the app can use (not UTF-8, not a JSON object or a form, nested too
-   deep, no event `type` / slash command) → 400;
+3. the signature of the raw body does not match (slack_sdk's `SignatureVerifier`, the
+   HMAC-SHA256 of `v0:<timestamp>:<body>`), or the body is not UTF-8 (Slack signs text, so
+   such a body cannot be verified) → 401;
+4. signed, but not a body the app can use (not a JSON object or a form, nested too deep, no
+   event `type` / slash command) → 400;
 5. otherwise the body, sanitised (`schema.sanitise_body`: wrong-typed fields are absent), goes
    to bolt, which routes it to the listeners and acknowledges; a kind of request no listener
    takes (an interaction, with no buttons here) or one bolt fails to read is a 400 too.
@@ -21,8 +23,6 @@ sanitised one, re-encoded.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import time
@@ -36,6 +36,7 @@ from botweave.tasks import failure_line
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import Clock, SignatureVerifier
 
 from .schema import form_fields, sanitise_body
 
@@ -51,11 +52,20 @@ class Unusable(ValueError):
     """A signed request body the app cannot use; the message says why (never its content)."""
 
 
+class _Clock(Clock):
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        return self._now()
+
+
 class Signatures:
-    """Slack's v0 request signatures, checked on the raw body."""
+    """Slack's v0 request signatures, checked on the raw body: the headers alone first (so a
+    request that fails on them is refused unread), then slack_sdk's verifier."""
 
     def __init__(self, secret: str, *, clock: Callable[[], float] = time.time) -> None:
-        self._secret = secret.encode()
+        self._verifier = SignatureVerifier(secret, clock=_Clock(clock))
         self._clock = clock
 
     def header_problem(self, timestamp: str | None, signature: str | None) -> str | None:
@@ -71,20 +81,20 @@ class Signatures:
         return None
 
     def matches(self, timestamp: str, body: bytes, signature: str) -> bool:
-        digest = hmac.new(self._secret, b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(("v0=" + digest).encode(), signature.encode())
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return False  # Slack signs text: a body that is not UTF-8 is not one it signed
+        return self._verifier.is_valid(text, timestamp, signature)
 
 
 def usable_body(raw: bytes, content_type: str) -> tuple[str, str, Dropped]:
-    """A signed body as bolt should get it: (text, content type, fields left out).
+    """A signed (so UTF-8) body as bolt should get it: (text, content type, fields left out).
 
     JSON bodies (events) and form bodies (slash commands; interactions carry JSON in a
     `payload` field) are read, sanitised and written again; anything else is `Unusable`.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Unusable("not UTF-8") from None
+    text = raw.decode("utf-8")  # verified already: the signature is over text
     dropped = Dropped()
     if content_type == "application/json" or (content_type != "application/x-www-form-urlencoded" and
                                                text.lstrip().startswith("{")):

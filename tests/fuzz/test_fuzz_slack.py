@@ -147,6 +147,14 @@ def _sign(body: bytes, timestamp: int) -> str:
     return f"v0={digest}"
 
 
+def _is_text(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _form(fields: dict[Any, Any]) -> bytes:
     """Form-encoded as a sender would (a lone surrogate goes out as its raw bytes)."""
     return urlencode({str(k): str(v) for k, v in fields.items()}, errors="surrogatepass").encode()
@@ -182,7 +190,7 @@ def test_the_endpoint_verifies_before_parsing_and_answers_every_request() -> Non
                 before = len(received)
                 status = runner.run(post(session, url, body, _headers(signed, body, content_type)))
                 tally.statuses[status] += 1
-                if signed != SIGNED:
+                if signed != SIGNED or not _is_text(body):  # Slack signs text only
                     assert status == 401, status
                 else:
                     assert status in (200, 400), status
