@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
 
-import httpx
 from botweave.metrics import RATE_LIMIT_WAIT
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 
@@ -47,12 +46,9 @@ def surely_unsent(exc: TelegramError) -> bool:
     """True only when the request provably never reached Telegram's servers."""
     if isinstance(exc, RetryAfter):
         return True
-    cause = exc.__cause__
-    if isinstance(exc, TimedOut):
-        return never_sent(cause) or isinstance(cause, (httpx.PoolTimeout, httpx.ConnectTimeout))
-    if isinstance(exc, NetworkError) and not isinstance(exc, BadRequest):
-        return never_sent(cause) or isinstance(cause, httpx.ConnectError)
-    return False
+    # a timeout or a network failure of the transport (transport.py), which says which of
+    # its failures happen before a request leaves
+    return isinstance(exc, NetworkError) and not isinstance(exc, BadRequest) and never_sent(exc.__cause__)
 
 
 def transient(exc: TelegramError) -> bool:

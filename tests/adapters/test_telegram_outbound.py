@@ -7,12 +7,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 import pytest_asyncio
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.adapters.telegram.pacing import Pacer
-from telegram.error import NetworkError, TelegramError, TimedOut
+from botweave.adapters.telegram.transport import PoolTimeout
+from telegram.error import TelegramError, TimedOut
 
 from tests.emulators.telegram import (
     TelegramEmulator,
@@ -300,7 +300,7 @@ async def test_a_send_only_instance_never_polls(telegram_emulator):
 
 
 def _raised_from(cause: Exception, error: TelegramError) -> TelegramError:
-    """A PTB error chained to the httpx failure behind it, as HTTPXRequest raises them."""
+    """A PTB error chained to the transport's failure behind it, as AiohttpRequest raises them."""
     try:
         try:
             raise cause
@@ -311,8 +311,8 @@ def _raised_from(cause: Exception, error: TelegramError) -> TelegramError:
 
 
 async def test_only_provably_unsent_sends_are_retried():
-    refused = _raised_from(httpx.ConnectError("connection refused"), NetworkError("httpx.ConnectError"))
-    read_timeout = _raised_from(httpx.ReadTimeout("no answer"), TimedOut())
+    unsent = _raised_from(PoolTimeout("no connection free"), TimedOut("no connection free"))
+    read_timeout = _raised_from(asyncio.TimeoutError(), TimedOut())
     pacer = Pacer()
     attempts: list[str] = []
 
@@ -322,7 +322,7 @@ async def test_only_provably_unsent_sends_are_retried():
             raise error
         return "sent"
 
-    assert await pacer.call("1", lambda: flaky(refused), idempotent=False) == "sent"
+    assert await pacer.call("1", lambda: flaky(unsent), idempotent=False) == "sent"
     assert len(attempts) == 2  # never reached Telegram: safe to send again
     attempts.clear()
     with pytest.raises(TimedOut):
