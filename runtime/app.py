@@ -52,7 +52,8 @@ class App:
         self.access, self.approvals, self.control, self.turn = parts.access, parts.approvals, parts.control, parts.turn
         self.push, self.preferences, self.notifier = config.push, parts.preferences, parts.notifier
         self.rooms, self.schedules, self.pipeline = parts.rooms, parts.schedules, parts.pipeline
-        self.model_processes, self.ops = parts.model_processes, None
+        self.model_processes = parts.model_processes
+        self.ops: OpsServer | None = None
         self._platforms, self._outgoing, self._handling = parts.platforms, parts.outgoing, parts.handling
         self._life, self._turns, self._notices = parts.life, parts.turns, parts.notices
         self._intake = Intake(parts.turns)

@@ -28,8 +28,11 @@ EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
 class Served(Protocol):
     """The App, as its serve loop sees it."""
 
-    role: str
-    adapters: Mapping[str, Adapter]
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def adapters(self) -> Mapping[str, Adapter]: ...
 
     async def start(self, platforms: Iterable[str] | None = None) -> None: ...
 
