@@ -20,10 +20,23 @@ from botweave.runtime.turns import APOLOGY
 from tests.adapters.turns import TIMEOUT_S, TURN_DRIVERS, TurnDriver, slow_answer
 from tests.emulators.telegram import wait_until
 
+ONE_PROCESS, TWO_WORKERS = "one process", "two workers"
+#: A case that holds however the chat is answered: by one process, or by two workers sharing
+#: Redis (either may run any turn).
+EITHER_DEPLOYMENT = pytest.mark.parametrize("deployment", [ONE_PROCESS, TWO_WORKERS])
+
+
+@pytest.fixture
+def deployment() -> str:
+    """How the chat is answered (one process, unless a test says otherwise)."""
+    return ONE_PROCESS
+
 
 @pytest.fixture(params=sorted(TURN_DRIVERS))
-async def chat(request: pytest.FixtureRequest) -> AsyncIterator[TurnDriver]:
+async def chat(request: pytest.FixtureRequest, deployment: str) -> AsyncIterator[TurnDriver]:
     driver = TURN_DRIVERS[request.param]()
+    if deployment == TWO_WORKERS:
+        driver.shared = {"url": request.getfixturevalue("redis_url"), "prefix": f"turns-{uuid.uuid4().hex[:8]}:"}
     await driver.begin()
     try:
         yield driver
@@ -31,18 +44,7 @@ async def chat(request: pytest.FixtureRequest) -> AsyncIterator[TurnDriver]:
         await driver.stop()
 
 
-@pytest.fixture(params=sorted(TURN_DRIVERS))
-async def two_workers(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[TurnDriver]:
-    """The same chat, answered by two workers sharing Redis (either may run any turn)."""
-    driver = TURN_DRIVERS[request.param]()
-    driver.shared = {"url": redis_url, "prefix": f"turns-{uuid.uuid4().hex[:8]}:"}
-    await driver.begin()
-    try:
-        yield driver
-    finally:
-        await driver.stop()
-
-
+@EITHER_DEPLOYMENT
 async def test_stop_mid_stream_keeps_what_was_shown_marked_and_cancels_the_queue(chat: TurnDriver) -> None:
     await chat.start()
     chat.llm.queue_text(slow_answer())
@@ -86,6 +88,7 @@ async def test_in_a_group_only_the_requester_or_the_owner_stops_a_turn(chat: Tur
     assert story.endswith("(stopped)") and "story39" not in story
 
 
+@EITHER_DEPLOYMENT
 async def test_interrupt_cancels_the_running_turn_and_the_next_sees_both(chat: TurnDriver) -> None:
     await chat.start(busy_mode="interrupt")
     chat.llm.queue_text(slow_answer())
@@ -114,6 +117,7 @@ async def test_a_stranger_cannot_interrupt_someone_elses_turn(chat: TurnDriver) 
     assert len(chat.llm.requests) == 1, "the stranger's message never reached the model"
 
 
+@EITHER_DEPLOYMENT
 async def test_collect_answers_the_messages_that_came_meanwhile_together(chat: TurnDriver) -> None:
     await chat.start(busy_mode="collect")
     chat.llm.queue_text(slow_answer(), chunk_delay=0.05)
@@ -148,6 +152,7 @@ async def test_an_edit_while_the_turn_runs_answers_the_new_text_in_the_same_mess
     assert [t.strip() for t in chat.assistant_turns()] == ["a story about cats"]
 
 
+@EITHER_DEPLOYMENT
 async def test_an_edit_soon_after_the_reply_answers_again_into_the_earlier_reply(chat: TurnDriver) -> None:
     await chat.start(streaming=False)
     chat.llm.queue_text("two")
@@ -210,6 +215,7 @@ async def test_deleting_a_running_message_cancels_its_turn_and_its_partial_answe
     assert chat.user_turns() == ["hello"], "the deleted exchange is not in history"
 
 
+@EITHER_DEPLOYMENT
 async def test_a_message_handed_over_long_after_it_was_sent_gets_one_notice(chat: TurnDriver) -> None:
     await chat.start()
     await chat.say("are you there?", age=3600)
@@ -234,6 +240,7 @@ async def test_admission_refusal_and_a_full_queue_each_tell_their_sender(chat: T
     assert chat.texts().count(DROPPED_MESSAGE) == 1
 
 
+@EITHER_DEPLOYMENT
 async def test_a_turn_whose_model_fails_after_retries_tells_its_sender_once(chat: TurnDriver) -> None:
     await chat.start()
     chat.llm.fail_with = 500
@@ -342,30 +349,3 @@ async def test_a_stopped_queue_is_not_replayed_after_a_restart(chat: TurnDriver,
     # Telegram has no idempotency key: a confirmation cut off by the stop may be sent again
     # (at least once); nothing else is new.
     assert [t for t in chat.texts() if t != STOPPED] == [t for t in before if t != STOPPED]
-
-
-# --- the busy modes and the notices with two workers -------------------------------------------
-
-
-async def test_interrupt_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_interrupt_cancels_the_running_turn_and_the_next_sees_both(two_workers)
-
-
-async def test_collect_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_collect_answers_the_messages_that_came_meanwhile_together(two_workers)
-
-
-async def test_stop_mid_stream_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_stop_mid_stream_keeps_what_was_shown_marked_and_cancels_the_queue(two_workers)
-
-
-async def test_edit_after_the_reply_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_an_edit_soon_after_the_reply_answers_again_into_the_earlier_reply(two_workers)
-
-
-async def test_stale_notice_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_a_message_handed_over_long_after_it_was_sent_gets_one_notice(two_workers)
-
-
-async def test_model_failure_notice_with_two_workers(two_workers: TurnDriver) -> None:
-    await test_a_turn_whose_model_fails_after_retries_tells_its_sender_once(two_workers)
