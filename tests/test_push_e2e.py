@@ -225,7 +225,7 @@ async def receiver() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         yield f"http://127.0.0.1:{port}/hook", received
     finally:

@@ -61,7 +61,7 @@ async def receiver() -> AsyncIterator[Receiver]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     recv.url = f"http://127.0.0.1:{port}/hook/tok3n"
     yield recv
     await asyncio.wait_for(runner.cleanup(), 5)

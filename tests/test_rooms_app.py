@@ -98,7 +98,7 @@ async def test_a_failed_standup_notifies_the_room_owner():
         push={"recipients": {"telegram:boss": {"categories": ["scheduled_task_failed"], "detail": "detailed"}}}
     )
     with pytest.raises(RuntimeError, match="does not resolve"):
-        await app.rooms._fire("standup", "nowhere:123", "Stand-up time")  # an unresolvable target
+        await app.rooms.scheduler.run_now("standup", "nowhere:123")  # an unresolvable target
     assert [s.chat_id for s in adapter.sent] == ["boss"]
     assert "Room standup: the stand-up failed" in adapter.sent[0].text
 

@@ -154,7 +154,7 @@ async def test_memory_ttl_expires():
 async def test_redis_ttl_is_set(redis_url):
     store = RedisStore(redis_url, prefix="ttl-test:")
     await store.set("k", "v", ttl=30)
-    assert 0 < await store._redis.pttl("ttl-test:k") <= 30_000
+    assert 0 < await store.client.pttl("ttl-test:k") <= 30_000
     await store.close()
 
 

@@ -1,4 +1,4 @@
-"""Issue 6 on Telegram, end to end: Bot API emulator ⇄ python-telegram-bot ⇄ App ⇄ agent.
+"""Access and admission on Telegram, end to end: Bot API emulator ⇄ python-telegram-bot ⇄ App ⇄ agent.
 
 Pairing with the owner approving from the CLI against the shared Redis store, a denied
 stranger, admission under a burst, and bot-authored commands. (A mention-only group ignoring

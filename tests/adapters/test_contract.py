@@ -126,7 +126,9 @@ async def test_send_direct_reaches_the_person(platform: PlatformDriver) -> None:
 
 async def test_typing_never_raises(platform: PlatformDriver) -> None:
     await platform.adapter.typing(platform.chat)
-    await platform.adapter.typing("not-a-chat")
+    await platform.adapter.typing("not-a-chat")  # the platform refuses it: nothing to tell anyone
+    sent = await platform.adapter.send(platform.chat, "still here")
+    assert sent.ok and platform.said(sent.message_id)[1] == "still here"
 
 
 async def test_a_post_of_our_own_is_recognised_as_ours_and_a_persons_is_not(platform: PlatformDriver) -> None:
