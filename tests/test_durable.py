@@ -11,7 +11,6 @@ import pytest
 from botweave import App, PlatformCapabilities
 from botweave.runtime.durable import InboundStream
 from botweave.runtime.locks import Lease
-from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
 
 from tests.support import RecordingAdapter, message
@@ -196,7 +195,6 @@ async def test_redis_lost_while_running_is_retried_and_work_resumes(tmp_path, pr
     publisher = App.from_config(config(f"redis://127.0.0.1:{port}/0", prefix))
     publisher.add_adapter(Wide())
     await publisher.start(platforms=[], receive=False)
-    publisher.stream = InboundStream(backend(publisher.store))  # type: ignore[arg-type]
     try:
         await publisher.submit(message("before", message_id="b1"))
         await wait_until(lambda: len(adapter.sent) == 1, timeout=20)
