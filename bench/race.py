@@ -89,6 +89,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.race_provider import DELAY_FILE_ENV  # noqa: E402
+from bench.race_provider import MODEL as IN_PROCESS_MODEL  # noqa: E402
 from bench.race_world import (  # noqa: E402
     MARKER,
     Chat,
@@ -142,6 +144,8 @@ class Settings:
     trace: bool = False
     store: str = "memory"
     model_processes: int = 1
+    model: str = "http"
+    delay_file: Path | None = None
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -203,9 +207,11 @@ def process_env() -> dict[str, str]:
 
 
 class ModelServer:
-    """The loopback model in its own process; its latency is changed between runs."""
+    """The loopback model in its own process; its latency is changed between runs, there and
+    in the file the in-process model reads (`delay_file`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_file: Path | None = None) -> None:
+        self.delay_file = delay_file
         self.proc: subprocess.Popen[bytes] | None = None
         self.base_url = ""
         self._session: aiohttp.ClientSession | None = None
@@ -228,6 +234,8 @@ class ModelServer:
 
     async def configure(self, delay: float) -> None:
         assert self._session is not None
+        if self.delay_file is not None:
+            self.delay_file.write_text(repr(delay))
         async with self._session.post(self.base_url.removesuffix("/v1") + "/_race", json={"delay": delay}) as answer:
             answer.raise_for_status()
 
@@ -359,14 +367,26 @@ def store_url(store: str, path: Path) -> str:
     return "memory://" if store == "memory" else f"sqlite:///{path.with_suffix('.db')}"
 
 
+def contestant_env(base: dict[str, str], settings: Settings) -> dict[str, str]:
+    """With the in-process model, every contestant finds `race_provider` on its path and the
+    file its latency is read from."""
+    if settings.model != "in-process":
+        return base
+    env = dict(base)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH")]))
+    env[DELAY_FILE_ENV] = str(settings.delay_file)
+    return env
+
+
 def write_botweave_config(
-    path: Path, world: World, model_url: str, streaming: bool, store: str, model_processes: int
+    path: Path, world: World, model_url: str, streaming: bool, settings: Settings
 ) -> Path:
-    config = {
+    in_process = settings.model == "in-process"
+    config: dict[str, object] = {
         "bot": {"unknown_user_policy": "allow", "streaming": streaming},
         "agents": {
             "assistant": {
-                "model": MODEL,
+                "model": IN_PROCESS_MODEL if in_process else MODEL,
                 "api_base": model_url,
                 "api_key": "sk-bench",
                 "instructions": SYSTEM_PROMPT,
@@ -374,9 +394,13 @@ def write_botweave_config(
             }
         },
         "platforms": world.botweave_section(),
-        "store": {"url": store_url(store, path)},
-        "models": {"processes": model_processes},
     }
+    if settings.store != "default":
+        config["store"] = {"url": store_url(settings.store, path)}
+    if settings.model_processes >= 0:
+        config["models"] = {"processes": settings.model_processes}
+    if in_process:
+        config["plugins"] = ["race_provider"]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -727,15 +751,17 @@ async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer
     if kind.startswith("botweave"):
         config = write_botweave_config(
             settings.logs / f"{platform}-{kind}-{next(_configs)}.yaml", world, model.base_url,
-            kind == "botweave_streaming", settings.store, settings.model_processes,
+            kind == "botweave_streaming", settings,
         )
         contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
-        contestant.spawn(botweave_env(), settings.logs)
+        contestant.spawn(contestant_env(botweave_env(), settings), settings.logs)
     else:
         script, *args = world.reference_args(kind)
         argv = [sys.executable, str(BENCH / script), *args, "--model-base", model.base_url]
+        if settings.model == "in-process" and kind != "probe":
+            argv += ["--model", IN_PROCESS_MODEL, "--in-process-model"]
         contestant = Contestant(kind, world, argv, log)
-        contestant.spawn(process_env(), BENCH)
+        contestant.spawn(contestant_env(process_env(), settings), BENCH)
     return contestant
 
 
@@ -1013,16 +1039,19 @@ async def main(args: argparse.Namespace) -> int:
         trace=args.trace,
         store=args.store,
         model_processes=args.model_processes,
+        model=args.model,
+        delay_file=logs / "model-delay" if args.model == "in-process" else None,
     )
+    processes = "default" if settings.model_processes < 0 else settings.model_processes
     print(
         f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}), "
         f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores, "
-        f"botweave store {settings.store}, model processes {settings.model_processes}; "
+        f"botweave store {settings.store}, model processes {processes}, model {settings.model}; "
         f"botweave runs with {ROOT} first on PYTHONPATH; logs in {logs}; load average {load_average()}",
         flush=True,
     )
     results: list[Result] = []
-    model = ModelServer()
+    model = ModelServer(settings.delay_file)
     await model.start()
     interrupted = False
     try:
@@ -1073,13 +1102,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-timeout", type=float, default=30.0, help="give up on a run after this long without progress")
     parser.add_argument("--botweave", help="command that runs botweave (default: the installed `botweave`)")
     parser.add_argument(
-        "--store", choices=("memory", "sqlite"), default="memory",
-        help="botweave's store: memory:// (default), or the SQLite file `botweave run` uses when bot.yaml names none",
+        "--store", choices=("memory", "sqlite", "default"), default="memory",
+        help="botweave's store: memory:// (default), the SQLite file `botweave run` uses when bot.yaml names none "
+        "(here a fresh one per started bot), or `default`: no store section at all",
     )
     parser.add_argument(
         "--model-processes", type=int, default=1,
         help="botweave's models.processes: model calls in this many helper processes (their CPU is the bot's), "
-        "0 in the bot's own process",
+        "0 in the bot's own process, -1 no models section at all (botweave's default)",
+    )
+    parser.add_argument(
+        "--model", choices=("http", "in-process"), default="http",
+        help="every contestant's model: the loopback OpenAI-compatible server (default), or a litellm custom "
+        "provider inside each bot's own process (bench/race_provider.py; no HTTP: the frameworks' own cost; "
+        "botweave then makes its calls in its own process)",
+    )
+    parser.add_argument(
+        "--defaults", action="store_true",
+        help="botweave as a new user runs it: no store or models section (the same as --store default "
+        "--model-processes -1)",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the contestants' logs and configs")
     parser.add_argument(
@@ -1090,6 +1131,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.chats, args.messages, args.throughput_messages, args.repeat, args.reuse = 20, 2, 3, 1, True
+    if args.defaults:
+        args.store, args.model_processes = "default", -1
+    if args.model == "in-process" and args.model_processes > 0:
+        parser.error("--model in-process: a custom provider registered in Python is seen by the bot's process only "
+                     "(use --model-processes 0)")
     return args
 
 

@@ -44,28 +44,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.race_provider import FINAL_WORD, MARKER, reply_chunks  # noqa: E402
 from tests.emulators import discord as discord_emu  # noqa: E402
 from tests.emulators import slack as slack_emu  # noqa: E402
 from tests.emulators.openai import OpenAIEmulator  # noqa: E402
 from tests.emulators.telegram import TelegramEmulator  # noqa: E402
 
 _SNOWFLAKE = re.compile(r"\d{3,}")
-MARKER = re.compile(r"\br(\d+) c(\d+) m(\d+)\b")
-FILLER = "one two three four five six seven eight nine ten eleven twelve".split()
-FINAL_WORD = "over"
 
 
 def user_text(run: int, chat: int, k: int) -> str:
     return f"hello r{run} c{chat} m{k} how are you"
-
-
-def reply_chunks(messages: list[dict[str, Any]]) -> list[str]:
-    """The answer to the last user turn, as the chunks a stream delivers (marker first, whole)."""
-    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    content = last.get("content") if last else ""
-    found = MARKER.search(content if isinstance(content, str) else json.dumps(content))
-    marker = found.group(0) if found else "r0 c0 m0"
-    return [f"answer {marker} ", *(w + " " for w in FILLER), FINAL_WORD]
 
 
 # --- who watches the replies -----------------------------------------------------------------

@@ -34,7 +34,15 @@ def main() -> None:
     parser.add_argument("--token", required=True)
     parser.add_argument("--model-base", required=True, help="OpenAI-compatible base URL")
     parser.add_argument("--model", default="openai/bench-model")
+    parser.add_argument(
+        "--in-process-model", action="store_true",
+        help="the model is a litellm custom provider in this process (bench/race_provider.py)",
+    )
     args = parser.parse_args()
+    if args.in_process_model:
+        import race_provider  # on the path the race gives its bots
+
+        race_provider.register()
 
     dp = Dispatcher()
 
