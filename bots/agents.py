@@ -14,7 +14,7 @@ from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
-from botweave.model_calls import CallPart, InProcess, ModelCallFailed, ModelCalls
+from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import OutboundFile
@@ -239,13 +239,13 @@ class Agent:
     says before calling a tool stay (a streamed word cannot be taken back), separated from what
     follows by a blank line. A whole (not streamed) answer is the last round's words only.
     `calls` is where the requests go: litellm in this process unless the runtime gives it
-    helper processes.
+    other clients (botweave.model_clients) or helper processes.
     """
 
     name: str
     config: AgentConfig
     tools: dict[str, Tool] = field(default_factory=dict)
-    calls: ModelCalls = field(default_factory=InProcess)
+    calls: ModelCalls = field(default_factory=LitellmCalls)
 
     @property
     def model(self) -> str:

@@ -1,10 +1,12 @@
 """How an agent reaches its model, and what it reads back.
 
-An agent hands a litellm request to its `ModelCalls` and reads the answer as `ModelOutput`:
-the words, the tool calls (or, streamed, fragments of them), the images and the token counts.
-That is all a turn uses of litellm's response objects, and unlike them it is a plain value,
-so it reads the same whether the call ran here (`InProcess`, through litellm) or in a helper
-process (the runtime's model processes) whose answer crossed a pipe.
+An agent hands a request (litellm's `acompletion` arguments) to its `ModelCalls` and reads
+the answer as `ModelOutput`: the words, the tool calls (or, streamed, fragments of them), the
+images and the token counts. That is all a turn uses of an answer, and it is a plain value, so
+it reads the same whichever client made the call (litellm here, `LitellmCalls`; botweave's own
+OpenAI-compatible client, `openai_compatible`; `model_clients` picks one per model) and
+whether the call ran in this process or in a helper process (the runtime's model processes)
+whose answer crossed a pipe.
 
 litellm is imported on first use, not at import time: it costs seconds to import and would
 otherwise slow `botweave --help` and every `import bots`.
@@ -18,8 +20,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
-
-from botweave.model_client import direct_chunks, quiet
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +65,13 @@ class ModelCalls(Protocol):
 
 @cache
 def litellm_module() -> Any:
-    """Import litellm once, offline-safe, with the offline model registered and without the
-    per-call pricing and logging nobody here reads (see model_client)."""
+    """Import litellm once, offline-safe (its model map read from the package, not fetched),
+    with the offline model registered as a custom provider (litellm's own seam for one)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
     from botweave.offline_model import register
 
-    litellm.suppress_debug_info = True
     register(litellm)
-    quiet(litellm)
     return litellm
 
 
@@ -91,8 +89,9 @@ async def load_litellm() -> Any:
     return litellm_module()
 
 
-class InProcess:
-    """Model calls made by litellm in this process."""
+class LitellmCalls:
+    """Model calls made by litellm (its public `acompletion`) in this process: any provider
+    litellm knows, and the custom providers registered with it here."""
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
         litellm = await load_litellm()
@@ -109,7 +108,7 @@ class InProcess:
         if reports_stream_usage(litellm, request["model"]):
             request = {**request, "stream_options": {"include_usage": True}}
         response = await litellm.acompletion(**request)
-        async for chunk in direct_chunks(litellm, response) or response:
+        async for chunk in response:
             yield piece_of(chunk)
 
 
@@ -150,10 +149,11 @@ def text_of(content: Any) -> str:
 
 
 def image_urls(message: Any) -> tuple[str, ...]:
-    """The URLs of the images a model returned: litellm's `images`, or image parts of a list
-    content."""
-    items = list(getattr(message, "images", None) or [])
-    content = getattr(message, "content", None)
+    """The URLs of the images a model returned: the message's (or delta's) `images`, or image
+    parts of a list content; `message` is litellm's object or the JSON as it came."""
+    fields: dict[str, Any] = message if isinstance(message, dict) else {}
+    items = list((fields.get("images") if fields else getattr(message, "images", None)) or [])
+    content = fields.get("content") if fields else getattr(message, "content", None)
     if isinstance(content, list):
         items += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
     return tuple(_image_url(item) for item in items)

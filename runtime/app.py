@@ -11,6 +11,7 @@ is the whole life of a bot process (`runtime/process.py`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,7 +21,6 @@ from botweave.adapter import Adapter
 from botweave.files import FileSource
 from botweave.pipeline import TurnOutcome
 from botweave.push import NotificationCategory, NotificationOutcome, Recipient
-from botweave.runtime import event_loop as oldest_first
 from botweave.runtime import process
 from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
@@ -52,7 +52,7 @@ class App:
         self.access, self.approvals, self.control, self.turn = parts.access, parts.approvals, parts.control, parts.turn
         self.push, self.preferences, self.notifier = config.push, parts.preferences, parts.notifier
         self.rooms, self.schedules, self.pipeline = parts.rooms, parts.schedules, parts.pipeline
-        self.model_processes = parts.model_processes
+        self.model_processes, self.model_clients = parts.model_processes, parts.model_clients
         self.ops: OpsServer | None = None
         self._platforms, self._outgoing, self._handling = parts.platforms, parts.outgoing, parts.handling
         self._life, self._turns, self._notices = parts.life, parts.turns, parts.notices
@@ -92,6 +92,8 @@ class App:
         if self.role != "ingress":  # an ingress process never runs a turn
             if self.model_processes is not None:
                 await self.model_processes.start()
+            if self.model_clients is not None:
+                self.model_clients.open()
             await self.tools.start(self.agents)
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
@@ -140,6 +142,8 @@ class App:
         await self.tools.stop()
         if self.model_processes is not None:
             await self.model_processes.close()
+        if self.model_clients is not None:
+            await self.model_clients.close()
         await self.store.close()
         if self.ops is not None:
             await self.ops.stop()
@@ -177,11 +181,13 @@ class App:
         unless the program configured logging itself."""
         if not logging.getLogger().handlers:
             setup_logging(logging.INFO)
-        return oldest_first.run(self.serve(platforms))
+        return asyncio.run(self.serve(platforms))
 
-    async def serve(self, platforms: Iterable[str] | None = None) -> int:
-        """`run` inside a running event loop: start, answer until told to stop, stop."""
-        return await process.serve(self, self._platforms, platforms)
+    async def serve(self, platforms: Iterable[str] | None = None, *, on_started: Callable[[], None] | None = None) -> int:
+        """`run` inside a running event loop: start, answer until told to stop, stop.
+        `on_started` is called once everything has started (the CLI tunes its own process
+        then); nothing here changes the loop, the interpreter or any library."""
+        return await process.serve(self, self._platforms, platforms, on_started)
 
     async def readiness(self) -> dict[str, str]:
         """The parts of this process that cannot serve right now, each with why (empty when

@@ -18,7 +18,8 @@ from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivery, Outbox, SentLedger
 from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
-from botweave.model_calls import InProcess, ModelCalls
+from botweave.model_calls import ModelCalls
+from botweave.model_clients import ModelClients
 from botweave.pipeline import Handler
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
@@ -64,6 +65,7 @@ class Parts:
     hooks: HookRegistry
     commands: CommandRegistry
     model_processes: ModelProcesses | None
+    model_clients: ModelClients | None
     agents: dict[str, Agent]
     router: Router
     history: History
@@ -96,8 +98,7 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     chosen = store or open_store(settings.url or "memory://", settings.prefix, base=config.base_dir)
     kept = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=patience)
     hooks, commands, life, locks = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks()
-    model_processes = ModelProcesses(config.models.processes) if config.models.processes else None
-    calls: ModelCalls = model_processes or InProcess()
+    model_processes, model_clients, calls = _model_calls(config)
     agents = {name: Agent(name, section, calls=calls) for name, section in config.agents.items()}
     router = Router(config.routes, default_agent=next(iter(agents)))
     history = History(kept)
@@ -149,18 +150,28 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
         control=control,
         turn=turn,
     )
-    ahead = model_processes is not None
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, router=router, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, turn=turn, pipeline=pipeline, buttons=buttons, approvals=approvals, ahead=ahead,
+        control=control, turn=turn, pipeline=pipeline, buttons=buttons, approvals=approvals,
     )
     return Parts(
         config=config, role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands,
-        model_processes=model_processes, agents=agents, router=router, history=history, platforms=platforms,
-        delivery=delivery, targets=targets, tools=tools, buttons=buttons, outgoing=outgoing, preferences=preferences,
-        notifier=notifier, notices=notices, access=access, approvals=approvals, rooms=rooms, schedules=schedules, control=control,
-        turn=turn, pipeline=pipeline, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life, ahead),
+        model_processes=model_processes, model_clients=model_clients, agents=agents, router=router, history=history,
+        platforms=platforms, delivery=delivery, targets=targets, tools=tools, buttons=buttons, outgoing=outgoing,
+        preferences=preferences, notifier=notifier, notices=notices, access=access, approvals=approvals, rooms=rooms,
+        schedules=schedules, control=control, turn=turn, pipeline=pipeline, handling=handling,
+        turns=Turns(control, TaskOwner("turn"), locks, life),
     )
+
+
+def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | None, ModelCalls]:
+    """Who makes the agents' model calls: helper processes, or the clients right here."""
+    models = config.models
+    if models.processes:
+        processes = ModelProcesses(models.processes, models.client)
+        return processes, None, processes
+    clients = ModelClients(models.client)
+    return None, clients, clients
 
 
 def _tools(config: Config, agents: dict[str, Agent], delivery: Delivery, targets: Targets, store: Store) -> Toolsets:

@@ -14,7 +14,6 @@ import os
 import sys
 from typing import Any, NoReturn
 
-from botweave.runtime import event_loop as oldest_first
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
 from botweave.runtime.process import EXIT_CONFIG, EXIT_STORE
@@ -149,10 +148,12 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *
     if role != "all" and not is_shared(config.store.url):
         log.error("--role %s needs a store shared by several processes (store: {url: redis://...})", role)
         return EXIT_CONFIG
+    from botweave.runtime.own_process import tune_own_process
+
     app = App(config, role=role)
     if banner:
         print(chat_banner(app), flush=True)
-    return await app.serve(platforms)
+    return await app.serve(platforms, on_started=tune_own_process)
 
 
 def chat_banner(app: Any) -> str:
@@ -397,9 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                 config.platforms.console = ConsoleConfig()
             from botweave.adapters.console.inbound import is_terminal
 
-            _exit_now(oldest_first.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
+            _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
         _ops_listen(config, args.ops_listen)
-        _exit_now(oldest_first.run(_serve(config, None, args.role)))
+        _exit_now(asyncio.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

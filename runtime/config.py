@@ -35,6 +35,7 @@ from botweave.config import (
     substitute_env,
 )
 from botweave.media.config import AgentMedia, MediaConfig, MediaOverrides
+from botweave.model_clients import ClientChoice, ensure_direct
 from botweave.policies.config import AdmissionConfig, AgentNetwork, NetworkConfig
 from botweave.policies.egress import EgressPolicy
 from botweave.push.config import PushConfig
@@ -80,11 +81,15 @@ class OpsConfig(Section):
 
 
 class ModelsConfig(Section):
-    """`models:` how agents' model calls are made. `processes`: in this many helper
-    processes, so that preparing requests and reading answers (most of a turn's CPU) runs on
-    other cores; each imports litellm at start (seconds, and about 150 MB). 0: in the bot's
-    own process. See docs/performance.md."""
+    """`models:` how agents' model calls are made. `client`: who makes them (`auto`:
+    botweave's own OpenAI-compatible client for `openai/` models and litellm for the rest;
+    `litellm`: litellm for all; `direct`: botweave's own client for all, every agent an
+    `openai/` model; see botweave.model_clients). `processes`: in this many helper processes,
+    so that preparing requests and reading answers runs on other cores; each imports litellm
+    at start (seconds, and about 150 MB); custom litellm providers registered in Python are
+    not seen there. 0: in the bot's own process. See docs/performance.md."""
 
+    client: ClientChoice = "auto"
     processes: Annotated[int, Field(ge=0, le=32)] = 0
 
 
@@ -165,6 +170,9 @@ class Config(Section):
                 )
         problems += self._network_problems()
         problems += self._tool_problems()
+        if self.models.client == "direct":
+            models = {name: agent.model for name, agent in self.agents.items()}
+            problems += [problem(("agents", name, "model"), text) for name, text in ensure_direct(models).items()]
         raise_problems(type(self).__name__, problems)
         return self
 

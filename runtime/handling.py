@@ -20,9 +20,8 @@ from botweave.policies.approvals import ApprovalDesk
 from botweave.router import Router
 from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import dedup_key, outage_errors
-from botweave.runtime.event_loop import serving
 from botweave.runtime.intake import Inbox, Recorded
-from botweave.runtime.turn_control import TurnControl, received_at
+from botweave.runtime.turn_control import TurnControl
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Store
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
@@ -46,7 +45,6 @@ class Handling:
         pipeline: Handler,
         buttons: ButtonBook,
         approvals: ApprovalDesk,
-        ahead: bool,
     ) -> None:
         self._store = store
         self._dedup_ttl = dedup_ttl
@@ -60,7 +58,6 @@ class Handling:
         self._pipeline = pipeline
         self._buttons = buttons
         self._approvals = approvals
-        self._ahead = ahead
 
     async def handle(
         self, item: BotMessage | PlatformEvent, inbox: Inbox, *, deduplicated: bool, recorded: Recorded | None
@@ -104,10 +101,7 @@ class Handling:
         return TurnOutcome(TurnStatus.EVENT)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
-        # its place in the event loop, if the loop is oldest-first; with the model calls in
-        # other processes, ahead of all other work until it has asked its model
-        with serving(received_at(msg), ahead_until_asked=self._ahead):
-            return await self._answer(msg, durable=durable)
+        return await self._answer(msg, durable=durable)
 
     async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
         adapter = self._platforms.adapters.get(msg.platform)

@@ -34,9 +34,8 @@ from botweave.model_calls import litellm_module
 from botweave.pipeline import TurnOutcome
 from botweave.runtime.connections import Platforms, Receiver
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
-from botweave.runtime.event_loop import serving
 from botweave.runtime.lifecycle import Lifecycle
-from botweave.runtime.turn_control import TurnControl, received_at
+from botweave.runtime.turn_control import TurnControl
 from botweave.store import Patience, Store
 from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
@@ -69,16 +68,9 @@ class Turns:
     tasks: TaskOwner
     locks: ConversationLocks
     life: Lifecycle
-    #: The model calls run in other processes: a turn runs ahead of other work from the
-    #: moment it is spawned, so it starts while a burst is still being taken in.
-    ahead: bool = False
 
-    def spawn(self, work: Coroutine[Any, Any, Any], item: BotMessage | PlatformEvent) -> None:
-        place: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-        if self.ahead and isinstance(item, BotMessage):
-            place = serving(received_at(item), ahead_until_asked=True)
-        with place:
-            self.tasks.spawn(work, name="handle an inbound item")
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        self.tasks.spawn(work, name="handle an inbound item")
 
 
 class Intake:
@@ -93,7 +85,7 @@ class Intake:
 
     async def submit(self, item: BotMessage | PlatformEvent, inbox: Inbox) -> None:
         self.turns.control.stamp(item)
-        self.turns.spawn(inbox.handle(item), item)
+        self.turns.spawn(inbox.handle(item))
 
     async def replay(self, inbox: Inbox) -> None:
         """Run what an earlier run received and did not finish."""
@@ -119,7 +111,7 @@ class JournalIntake(Intake):
         for entry, item in left:
             done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
             done.set_result(entry)
-            self.turns.spawn(self._journaled(item, done, inbox), item)
+            self.turns.spawn(self._journaled(item, done, inbox))
 
     async def submit(self, item: BotMessage | PlatformEvent, inbox: Inbox) -> None:
         control = self.turns.control
@@ -127,7 +119,7 @@ class JournalIntake(Intake):
         control.stamp(item)
         recorded: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         # takes its place in the conversation now
-        self.turns.spawn(self._journaled(item, recorded, inbox, ordered=ordered), item)
+        self.turns.spawn(self._journaled(item, recorded, inbox, ordered=ordered))
         try:
             if ordered and isinstance(item, BotMessage):
                 await control.arrived(item)  # before its turn can start: it waits for `recorded`
@@ -196,7 +188,7 @@ class StreamIntake(Intake):
         if adapter is not None and adapter.local:
             control.stamp(item)
             told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self.turns.spawn(self._here(item, told, inbox, ordered=ordered), item)  # takes its place now
+            self.turns.spawn(self._here(item, told, inbox, ordered=ordered))  # takes its place now
             try:
                 if ordered and isinstance(item, BotMessage):
                     await control.arrived(item)  # before its turn can start: it waits for `told`

@@ -8,20 +8,18 @@ cancelled, since nobody is left to read their answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from botweave.model_calls import InProcess, ModelOutput, load_litellm
-from botweave.runtime import event_loop
-from botweave.runtime.event_loop import serving
-from botweave.runtime.heap import settle_heap
+from botweave.model_calls import ModelOutput
+from botweave.model_clients import ClientChoice, ModelClients
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.model_processes import frame, read_frame
+from botweave.runtime.own_process import tune_own_process
 from botweave.tasks import TaskOwner, register_secret
 
 #: Characters of a failure's message sent back (the bot keeps fewer still).
@@ -81,9 +79,9 @@ class Host:
     """The calls in flight, each on a task of its own that writes its answer back; a cancel
     frame cancels the call's task (its HTTP request with it)."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, client: ClientChoice) -> None:
         self.writer = writer
-        self.calls = InProcess()
+        self.calls = ModelClients(client)
         self.running: dict[int, asyncio.Task[None]] = {}
         self.tasks = TaskOwner("model host")
 
@@ -93,12 +91,11 @@ class Host:
             if task is not None:
                 task.cancel()
             return
-        order, request = payload
+        request = payload
         if isinstance(request.get("api_key"), str):
             register_secret(request["api_key"])  # masked in any failure line this process logs
         work = self._answer(call, request) if op == "answer" else self._stream(call, request)
-        with serving(order) if order is not None else contextlib.nullcontext():
-            self.running[call] = self.tasks.spawn(work, name=f"model call {call}")
+        self.running[call] = self.tasks.spawn(work, name=f"model call {call}")
 
     async def _answer(self, call: int, request: dict[str, Any]) -> None:
         try:
@@ -132,14 +129,18 @@ class Host:
         self.writer.write(frame((call, "failed", (type(exc).__name__, str(exc)[:MAX_DETAIL]))))
 
 
-async def serve(fd: int) -> None:
-    await load_litellm()
-    settle_heap()
+async def serve(fd: int, client: ClientChoice) -> None:
+    """Answer calls until the socket closes. litellm is imported at the first call that needs
+    it (in a thread, as in the bot), so a process whose calls all go to OpenAI-compatible
+    servers never loads it."""
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
-    host = Host(writer)
+    host = Host(writer, client)
+    host.calls.open()
+    tune_own_process()
     while (message := await read_frame(reader)) is not None:
         host.take(*message)
     await host.tasks.close()
+    await host.calls.close()
     writer.close()
 
 
@@ -149,7 +150,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     setup_logging(logging.WARNING)
-    event_loop.run(serve(int(sys.argv[1])))
+    asyncio.run(serve(int(sys.argv[1]), cast(ClientChoice, sys.argv[2] if len(sys.argv) > 2 else "auto")))
 
 
 if __name__ == "__main__":

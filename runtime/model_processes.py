@@ -1,17 +1,15 @@
 """Agents' model calls made in helper processes (`models.processes` in bot.yaml).
 
-A model call through litellm costs 1.5-2 ms of CPU in the process that makes it: mapping
-the parameters, the OpenAI SDK and httpx building the request, then the response objects.
-That is most of a turn's CPU, and one Python process runs one thing at a time, so with a few
-hundred conversations answering at once the bot's event loop, not the model, sets the pace.
-Here each call is handed to one of N child processes (`model_host`) that run litellm on their
-own loop, on another core; the bot's loop only pickles the request and reads back the
-`ModelOutput` (about 50 µs).
+Preparing a model request and reading its answer is a large part of a turn's CPU (through
+litellm, 1.5-2 ms a call), and one Python process runs one thing at a time, so with a few
+hundred conversations answering at once the bot's event loop, not the model, can set the
+pace. Here each call is handed to one of N child processes (`model_host`) that make it on
+their own loop, on another core, with the same clients the bot would use
+(`model_clients`, `models.client` passed on); the bot's loop only pickles the request and
+reads back the `ModelOutput` (about 50 µs).
 
 The wire is a socket pair private to parent and child: frames of a 4-byte length and a
-pickle. To a child: `(id, "answer" | "stream", (order, request))`, where `order` is the
-receipt stamp of the message whose turn makes the call (see event_loop: the child serves the
-oldest message's call first, as the bot's loop does its turn), and `(id, "cancel", None)`. Back:
+pickle. To a child: `(id, "answer" | "stream", request)` and `(id, "cancel", None)`. Back:
 `(id, "output", ModelOutput)` (the answer, or one streamed piece), `(id, "end", None)` after
 a stream's last piece, `(id, "failed", (type name, message))`.
 
@@ -33,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from botweave.model_calls import ModelCallFailed, ModelOutput
-from botweave.runtime.event_loop import asked
+from botweave.model_clients import ClientChoice
 from botweave.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -116,18 +114,19 @@ class ModelProcesses:
     """`ModelCalls` answered by `count` helper processes, each call by the one with the fewest
     calls in flight."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, client: ClientChoice = "auto") -> None:
         if count < 1:
             raise ValueError("model processes need a count of at least 1")
         self.count = count
+        self.client = client
         self._children: list[_Child | None] = [None] * count
         self._spawning = asyncio.Lock()
         self._readers = TaskOwner("model processes")
         self._next_call = 0
 
     async def start(self) -> None:
-        """Start every child now (each imports litellm, which takes seconds), rather than at
-        the first turn."""
+        """Start every child now (each takes a second or more to start), rather than at the
+        first turn."""
         await asyncio.gather(*(self._child_at(i) for i in range(self.count)))
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
@@ -135,7 +134,7 @@ class ModelProcesses:
         call = self._call_id()
         answered: asyncio.Future[ModelOutput] = asyncio.get_running_loop().create_future()
         child.waiting[call] = answered
-        child.send((call, "answer", (asked(), request)))
+        child.send((call, "answer", request))
         try:
             return await answered
         finally:
@@ -146,7 +145,7 @@ class ModelProcesses:
         call = self._call_id()
         pieces: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         child.waiting[call] = pieces
-        child.send((call, "stream", (asked(), request)))
+        child.send((call, "stream", request))
         try:
             while True:
                 kind, payload = await pieces.get()
@@ -198,7 +197,7 @@ class ModelProcesses:
         ours, theirs = socket.socketpair()
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "botweave.runtime.model_host", str(theirs.fileno()),
+                sys.executable, "-m", "botweave.runtime.model_host", str(theirs.fileno()), self.client,
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )

@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from botweave.adapter import Adapter
 from botweave.model_calls import litellm_module
-from botweave.model_client import ModelCallExecutor
 from botweave.runtime.connections import Platforms
-from botweave.runtime.heap import settle_heap
 from botweave.store import StoreUnavailable
 from botweave.tasks import spawn
 
@@ -41,8 +39,11 @@ class Served(Protocol):
     async def drain(self) -> None: ...
 
 
-async def serve(app: Served, platforms: Platforms, requested: Iterable[str] | None) -> int:
-    """Start, answer until told to stop, stop; the exit code."""
+async def serve(
+    app: Served, platforms: Platforms, requested: Iterable[str] | None, on_started: Callable[[], None] | None = None
+) -> int:
+    """Start, answer until told to stop, stop; the exit code. `on_started` runs once
+    everything has started (a process botweave owns tunes itself then)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []
@@ -53,16 +54,21 @@ async def serve(app: Served, platforms: Platforms, requested: Iterable[str] | No
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread, or no signals here: Ctrl-C raises KeyboardInterrupt instead
     try:
-        return await _serve(app, platforms, requested, stop)
+        return await _serve(app, platforms, requested, stop, on_started)
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
 
 
-async def _serve(app: Served, platforms: Platforms, requested: Iterable[str] | None, stop: asyncio.Event) -> int:
+async def _serve(
+    app: Served,
+    platforms: Platforms,
+    requested: Iterable[str] | None,
+    stop: asyncio.Event,
+    on_started: Callable[[], None] | None,
+) -> int:
     # litellm takes seconds to import: done off the loop while the platforms connect, so
     # the first turn does not stall every other conversation for it.
-    asyncio.get_running_loop().set_default_executor(ModelCallExecutor(thread_name_prefix="botweave"))
     loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if app.role != "ingress" else None
     try:
         await app.start(requested)
@@ -77,7 +83,8 @@ async def _serve(app: Served, platforms: Platforms, requested: Iterable[str] | N
     finally:
         if loading is not None:
             await _loaded(loading)
-    settle_heap()
+    if on_started is not None:
+        on_started()
     if not app.adapters:
         if not platforms.failed:
             log.error("no platform is running; enable one under `platforms:` in bot.yaml")

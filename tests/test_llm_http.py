@@ -1,12 +1,16 @@
-"""litellm's real HTTP path (plain and streamed) against a loopback OpenAI-compatible server."""
+"""A model's real HTTP path (plain and streamed) against a loopback OpenAI-compatible server,
+through each client an `openai/` model can be called with: litellm, and botweave's own."""
 
+import pytest
 from botweave import App
 
 from tests.emulators.openai import OpenAIEmulator
 from tests.support import RecordingAdapter, message
 
+CLIENTS = ["litellm", "direct"]
 
-def app_for(llm: OpenAIEmulator, **bot) -> tuple[App, RecordingAdapter]:
+
+def app_for(llm: OpenAIEmulator, client: str, **bot) -> tuple[App, RecordingAdapter]:
     app = App.from_config(
         {
             "bot": {"unknown_user_policy": "allow", **bot},
@@ -20,6 +24,7 @@ def app_for(llm: OpenAIEmulator, **bot) -> tuple[App, RecordingAdapter]:
                     "max_tokens": 64,
                 }
             },
+            "models": {"client": client},
         }
     )
     adapter = RecordingAdapter()
@@ -28,8 +33,9 @@ def app_for(llm: OpenAIEmulator, **bot) -> tuple[App, RecordingAdapter]:
     return app, adapter
 
 
-async def test_plain_completion_through_litellm_http(llm):
-    app, adapter = app_for(llm)
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_plain_completion_over_http(llm, client):
+    app, adapter = app_for(llm, client)
     await app.handle(message("first question"))
     await app.handle(message("second question"))
     assert adapter.texts() == [llm.reply, llm.reply]
@@ -45,18 +51,22 @@ async def test_plain_completion_through_litellm_http(llm):
     assert sent.get("stream") in (None, False)
 
 
-async def test_streamed_completion_through_litellm_http(llm):
-    app, adapter = app_for(llm, streaming=True, stream_edit_interval_ms=0)
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_streamed_completion_over_http(llm, client):
+    app, adapter = app_for(llm, client, streaming=True, stream_edit_interval_ms=0)
     outcome = await app.handle(message("stream please"))
     assert llm.requests[-1]["stream"] is True
+    assert llm.requests[-1]["stream_options"] == {"include_usage": True}
     assert len(adapter.sent) == 1 and adapter.edits
     assert adapter.edits[-1][1] == llm.reply + " "
     assert outcome.status == "replied"
 
 
-async def test_http_error_from_the_model_becomes_an_apology(llm):
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_http_error_from_the_model_becomes_an_apology(llm, client):
     llm.fail_with = 500
-    app, adapter = app_for(llm)
+    app, adapter = app_for(llm, client)
     outcome = await app.handle(message("hi"))
     assert outcome.status == "agent_error"
     assert adapter.texts() and adapter.texts()[0].startswith("Sorry")
+    assert len(llm.exchanges) == 3  # the first try and two more, as the OpenAI SDK makes them
