@@ -44,6 +44,7 @@ from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
+from botweave.runtime.turn_order import AskingAside, TurnOrder
 from botweave.runtime.turns import AgentTurn
 from botweave.store import MemoryStore, Patience, PatientStore, Store, open_store
 from botweave.store.patient import backend
@@ -98,7 +99,8 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     chosen = store or open_store(settings.url or "memory://", settings.prefix, base=config.base_dir)
     kept = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=patience)
     hooks, commands, life, locks = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks()
-    model_processes, model_clients, calls = _model_calls(config)
+    model_processes, model_clients, made = _model_calls(config)
+    calls = AskingAside(made)  # a turn gives its place up while it waits for its model
     agents = {name: Agent(name, section, calls=calls) for name, section in config.agents.items()}
     router = Router(config.routes, default_agent=next(iter(agents)))
     history = History(kept)
@@ -152,7 +154,7 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     )
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, router=router, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, turn=turn, pipeline=pipeline, buttons=buttons, approvals=approvals,
+        control=control, turn=turn, pipeline=pipeline, buttons=buttons, approvals=approvals, order=TurnOrder(),
     )
     return Parts(
         config=config, role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands,

@@ -21,7 +21,8 @@ from botweave.router import Router
 from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import dedup_key, outage_errors
 from botweave.runtime.intake import Inbox, Recorded
-from botweave.runtime.turn_control import TurnControl
+from botweave.runtime.turn_control import TurnControl, received_at
+from botweave.runtime.turn_order import TurnOrder
 from botweave.runtime.turns import AgentTurn
 from botweave.store import Store
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
@@ -45,6 +46,7 @@ class Handling:
         pipeline: Handler,
         buttons: ButtonBook,
         approvals: ApprovalDesk,
+        order: TurnOrder,
     ) -> None:
         self._store = store
         self._dedup_ttl = dedup_ttl
@@ -58,6 +60,7 @@ class Handling:
         self._pipeline = pipeline
         self._buttons = buttons
         self._approvals = approvals
+        self._order = order
 
     async def handle(
         self, item: BotMessage | PlatformEvent, inbox: Inbox, *, deduplicated: bool, recorded: Recorded | None
@@ -101,7 +104,8 @@ class Handling:
         return TurnOutcome(TurnStatus.EVENT)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
-        return await self._answer(msg, durable=durable)
+        async with self._order.turn(received_at(msg)):  # the oldest message first (turn_order)
+            return await self._answer(msg, durable=durable)
 
     async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
         adapter = self._platforms.adapters.get(msg.platform)
