@@ -52,8 +52,15 @@ names no store (a fresh file per started bot); either way every reply chunk goes
 durable outbox (an intent before the send, a confirmation after it).
 
     python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
-                          [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite] [--quick] [--profile]
-                          [--trace] [--model-processes N]
+                          [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite|default] [--quick]
+                          [--profile] [--trace] [--model-processes N] [--defaults] [--model http|in-process]
+
+`--defaults` runs botweave as a new user does: no `store:` and no `models:` section (the
+SQLite file next to its config, model calls in its own process). `--model in-process` gives
+every contestant its model as a litellm custom provider in its own process
+(`bench/race_provider.py`): no HTTP, no OpenAI SDK, so what is raced is the frameworks' own
+cost around one litellm call (botweave then makes its calls in its own process, since a
+provider registered in Python is not seen by a model process).
 
 `--trace` prints, for every run, where its wall time went beyond the model's latency (from the
 times the model saw each request and the emulator saw each reply): burst → a chat's first

@@ -100,6 +100,7 @@ async def serve_botweave(client: str, stream: bool) -> dict[str, Any]:
     loop_before = loop_state(loop)
 
     from botweave import App
+
     from tests.support import RecordingAdapter, message
 
     llm = OpenAIEmulator("Answered by the loopback model.")
