@@ -37,7 +37,8 @@ from botweave.version import __version__
 #: litellm's prefix for models that speak OpenAI's chat format.
 PREFIX = "openai/"
 DEFAULT_BASE = "https://api.openai.com/v1"
-#: Tries after the first, as the OpenAI SDK (and so litellm) makes them.
+#: Tries after the first, as the OpenAI SDK (and so litellm) makes them, unless the request
+#: names its own (`num_retries`, as litellm reads it).
 RETRIES = 2
 RETRY_STATUSES = frozenset({408, 409, 429})
 FIRST_BACKOFF_S = 0.5
@@ -46,8 +47,10 @@ MAX_BACKOFF_S = 8.0
 MAX_RETRY_AFTER_S = 60.0
 #: Connections kept open to all model servers together.
 CONNECTIONS = 256
-#: What an agent's request carries for litellm that is not part of the request body.
-NOT_IN_BODY = frozenset({"model", "api_base", "api_key", "timeout", "metadata", "drop_params", "stream"})
+#: What a request carries for litellm that is not part of the request body.
+NOT_IN_BODY = frozenset(
+    {"model", "api_base", "api_key", "timeout", "metadata", "drop_params", "stream", "num_retries", "max_retries"}
+)
 #: The most characters of a server's error message kept in an exception.
 MAX_DETAIL = 500
 
@@ -170,13 +173,13 @@ def _backoff(attempt: int, exc: ModelAPIError) -> float | None:
 T = TypeVar("T")
 
 
-async def _tried(attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt()`, tried again after a failure worth trying again, up to `RETRIES` times."""
-    for number in range(RETRIES + 1):
+async def _tried(attempt: Callable[[], Awaitable[T]], retries: int) -> T:
+    """`attempt()`, tried again after a failure worth trying again, up to `retries` times."""
+    for number in range(retries + 1):
         try:
             return await attempt()
         except ModelAPIError as exc:
-            wait = _backoff(number, exc) if number < RETRIES and _retryable(exc) else None
+            wait = _backoff(number, exc) if number < retries and _retryable(exc) else None
             if wait is None:
                 raise
         await asyncio.sleep(wait)
@@ -186,7 +189,7 @@ async def _tried(attempt: Callable[[], Awaitable[T]]) -> T:
 class _Target:
     """Where one request goes and how: URL, headers, body, timeout."""
 
-    __slots__ = ("url", "headers", "body", "timeout")
+    __slots__ = ("url", "headers", "body", "timeout", "retries")
 
     def __init__(self, request: dict[str, Any], *, stream: bool) -> None:
         model = str(request["model"])
@@ -209,6 +212,8 @@ class _Target:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True, **(body.get("stream_options") or {})}
         self.body = json.dumps(body, ensure_ascii=False).encode()
+        retries = request.get("num_retries", request.get("max_retries"))
+        self.retries = retries if isinstance(retries, int) and retries >= 0 else RETRIES
         seconds = request.get("timeout")
         limit = float(seconds) if isinstance(seconds, (int, float)) else None
         # a whole answer must arrive within the limit; a stream must keep moving within it
@@ -253,7 +258,7 @@ class OpenAICompatible:
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
         target = _Target(request, stream=False)
-        return output_of(await _tried(lambda: self._post(target)))
+        return output_of(await _tried(lambda: self._post(target), target.retries))
 
     async def _post(self, target: _Target) -> Any:
         session, owned = self._session()
@@ -278,7 +283,7 @@ class OpenAICompatible:
         target = _Target(request, stream=True)
         session, owned = self._session()
         try:
-            response = await _tried(lambda: self._open(session, target))
+            response = await _tried(lambda: self._open(session, target), target.retries)
             async with response:
                 async for output in _events(response, target.url):
                     yield output

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from botweave.adapter import Check
 from botweave.config import ConfigError
-from botweave.model_calls import load_litellm
+from botweave.model_clients import ClientChoice, ModelClients
 from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
 from botweave.runtime.platforms import installed_platforms
 from botweave.store import open_store, redact_url
@@ -99,8 +99,8 @@ def _distinct_models(config: Config) -> Iterable[tuple[str, Any]]:
             yield name, agent
 
 
-async def _model(name: str, agent: Any) -> Check:
-    litellm = await load_litellm()
+async def _model(name: str, agent: Any, client: ClientChoice) -> Check:
+    """One tiny request, made by the client the bot would make it with (`models.client`)."""
     label = f"model {agent.model} (agent {name})"
     secret = agent.api_key.get_secret_value() if agent.api_key is not None else None
     request: dict[str, Any] = {
@@ -116,14 +116,17 @@ async def _model(name: str, agent: Any) -> Check:
     if secret:
         request["api_key"] = secret
     started = time.monotonic()
+    calls = ModelClients(client)
     try:
-        await asyncio.wait_for(litellm.acompletion(**request), CHECK_TIMEOUT_S + 5)
+        await asyncio.wait_for(calls.answer(request), CHECK_TIMEOUT_S + 5)
     except Exception as exc:
         detail = (str(exc).splitlines() or [""])[0][:300]
         if secret:
             detail = detail.replace(secret, "***")
         return Check(label, False, f"{type(exc).__name__}: {detail}",
                      f"check agents.{name}.model and its key (the provider's API key variable, or agents.{name}.api_key / api_base)")
+    finally:
+        await calls.close()
     return Check(label, True, f"answered in {time.monotonic() - started:.1f}s")
 
 
@@ -147,5 +150,5 @@ async def doctor(path: str | None, *, model: bool = True, out: TextIO) -> int:
         report(Check("model", True, "not checked (--no-model)", skipped=True))
     else:
         for name, agent in _distinct_models(config):
-            report(await _model(name, agent))
+            report(await _model(name, agent, config.models.client))
     return 1 if failed else 0

@@ -224,3 +224,15 @@ def test_direct_for_every_agent_names_the_one_it_cannot_call(tmp_path):
         load_config(path)
     assert "agents.local.model" in str(failed.value) and "not an openai/ model" in str(failed.value)
     assert "agents.fast" not in str(failed.value)
+
+
+async def test_a_request_that_names_its_retries_gets_that_many_and_sends_them_nowhere(llm):
+    from botweave.openai_compatible import ServiceUnavailableError
+
+    llm.fail_with = 503
+    request = {"model": "openai/gpt-4o", "api_base": llm.base_url, "api_key": "k", "num_retries": 0,
+               "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(ServiceUnavailableError):
+        await OpenAICompatible().answer(request)
+    assert [e.status for e in llm.exchanges] == [503]
+    assert "num_retries" not in llm.requests[-1]
