@@ -237,24 +237,29 @@ class OpenAICompatible:
 
     def __init__(self, *, connections: int = CONNECTIONS) -> None:
         self._connections = connections
+        self._sharing = False
         self._shared: aiohttp.ClientSession | None = None
 
     def open(self) -> None:
-        """Share one session (on the running event loop) between calls from now on."""
-        if self._shared is None or self._shared.closed:
-            self._shared = _new_session(self._connections)
+        """From now on calls share one session (opened by the first of them)."""
+        self._sharing = True
 
     async def close(self) -> None:
+        self._sharing = False
         shared, self._shared = self._shared, None
         if shared is not None and not shared.closed:
             await shared.close()
 
     def _session(self) -> tuple[aiohttp.ClientSession, bool]:
         """The session for one call, and whether the call owns it (and must close it)."""
+        if not self._sharing:
+            return _new_session(), True
         shared = self._shared
-        if shared is not None and not shared.closed and shared.loop is asyncio.get_running_loop():
-            return shared, False
-        return _new_session(), True
+        if shared is None or shared.closed:
+            shared = self._shared = _new_session(self._connections)
+        elif shared.loop is not asyncio.get_running_loop():
+            return _new_session(), True
+        return shared, False
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
         target = _Target(request, stream=False)
