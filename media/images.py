@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from botweave.model_calls import litellm_module
+from botweave.model_calls import load_litellm
 from botweave.types import PHOTO_MIMES
 from PIL import Image, UnidentifiedImageError
 
@@ -44,9 +44,11 @@ class ImageUnreadable(Exception):
     """Bytes that no image decoder reads; the agent gets a marker instead."""
 
 
-def limit_for(model: str) -> ImageLimit:
+async def limit_for(model: str) -> ImageLimit:
+    """`model`'s provider's limit, as litellm names the provider (imported off the loop)."""
     try:
-        provider = str(litellm_module().get_llm_provider(model)[1])
+        litellm = await load_litellm()
+        provider = str(litellm.get_llm_provider(model)[1])
     except Exception:
         return DEFAULT_LIMIT
     return PROVIDER_LIMITS.get(provider, DEFAULT_LIMIT)

@@ -23,7 +23,6 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from botweave.adapter import Adapter, FileTooLarge, FileUnavailable
@@ -42,7 +41,7 @@ from botweave.media.config import MediaConfig
 from botweave.media.documents import extract
 from botweave.media.images import ImageLimit, ImageUnreadable, fit, image_part, limit_for
 from botweave.media.speech import TranscriptionFailed, transcribe
-from botweave.model_calls import litellm_module
+from botweave.model_calls import load_litellm
 from botweave.pipeline import Handler, Inbound, TurnOutcome
 from botweave.types import BotMessage
 
@@ -54,20 +53,26 @@ log = logging.getLogger(__name__)
 OFFLINE_PREFIX = "offline/"
 
 
-@cache
-def _model_has_vision(model: str) -> bool:
+#: What litellm's model map says of each model's vision, once looked up.
+_VISION: dict[str, bool] = {}
+
+
+async def _model_has_vision(model: str) -> bool:
     if model.startswith(OFFLINE_PREFIX):
         return True  # the offline echo describes every image it is shown
-    try:
-        return bool(litellm_module().supports_vision(model=model))
-    except Exception:
-        return False
+    if model not in _VISION:
+        try:
+            litellm = await load_litellm()  # imported in a thread the first time, never on the loop
+            _VISION[model] = bool(litellm.supports_vision(model=model))
+        except Exception:
+            _VISION[model] = False
+    return _VISION[model]
 
 
-def has_vision(agent: Agent) -> bool:
+async def has_vision(agent: Agent) -> bool:
     """The agent's `vision`: as configured, or (auto) what litellm knows of its model."""
     vision = agent.config.vision
-    return _model_has_vision(agent.model) if vision == "auto" else bool(vision)
+    return await _model_has_vision(agent.model) if vision == "auto" else bool(vision)
 
 
 @dataclass
@@ -98,10 +103,11 @@ class MediaReader:
         self.adapter = adapter
         self.agent = agent
         self.media = media
-        self.vision = has_vision(agent)
+        self.vision = False  # known once `read` has asked (`has_vision`)
         self._image_limit: ImageLimit | None = None
 
     async def read(self, msg: BotMessage) -> Reading:
+        self.vision = await has_vision(self.agent)
         parts = _Parts()
         if msg.prompt_text:
             parts.both(msg.prompt_text)
@@ -176,7 +182,7 @@ class MediaReader:
         mime = sniff_mime(data) or mime_of(ref)
         shown = marker(ref, size=len(data), mime=mime)
         if self._image_limit is None:
-            self._image_limit = limit_for(self.agent.model)
+            self._image_limit = await limit_for(self.agent.model)
         try:
             sent, sent_mime = await asyncio.to_thread(fit, data, mime, self._image_limit)  # scaling is CPU work
         except ImageUnreadable as exc:
@@ -228,7 +234,7 @@ class MediaStep:
         msg = inbound.message
         target = inbound.target
         agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
-        if agent is None or not self._has_files(msg, agent):
+        if agent is None or not await self._has_files(msg, agent):
             return await call_next(inbound)
         await inbound.adapter.typing(msg.channel.channel_id, thread_id=msg.thread_id)
         reading = await MediaReader(inbound.adapter, agent, self._media[agent.name]).read(msg)
@@ -238,9 +244,9 @@ class MediaStep:
         return await call_next(inbound)
 
     @staticmethod
-    def _has_files(msg: BotMessage, agent: Agent) -> bool:
+    async def _has_files(msg: BotMessage, agent: Agent) -> bool:
         """Files of its own, or a replied-to picture the agent can look at."""
         if any(is_file(ref) for ref in msg.attachments):
             return True
         quoted = msg.quoted.attachments if msg.quoted is not None else ()
-        return has_vision(agent) and any(is_file(ref) and kind_of(ref) == "image" for ref in quoted)
+        return any(is_file(ref) and kind_of(ref) == "image" for ref in quoted) and await has_vision(agent)

@@ -4,7 +4,7 @@ providers litellm maps to it), with the model and credentials of `media.transcri
 from __future__ import annotations
 
 from botweave.media.config import TranscriptionConfig
-from botweave.model_calls import litellm_module
+from botweave.model_calls import load_litellm
 
 #: Transcription services judge a file by its name's extension; Telegram's voice notes have
 #: no name at all.
@@ -42,7 +42,8 @@ async def transcribe(data: bytes, filename: str | None, mime: str, config: Trans
     if config.api_key is not None:
         request["api_key"] = config.api_key.get_secret_value()
     try:
-        response = await litellm_module().atranscription(**request)
+        litellm = await load_litellm()  # imported in a thread the first time, never on the loop
+        response = await litellm.atranscription(**request)
     except Exception as exc:
         detail = str(exc)[:200]
         if config.api_key is not None:

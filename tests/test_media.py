@@ -13,7 +13,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
@@ -30,6 +34,7 @@ from tests.emulators.telegram import (
 )
 from tests.support import StartApp
 
+ROOT = Path(__file__).resolve().parents[1]
 ANN = TelegramEmulator.user(1, "Ann", "ann")
 PNG = png_bytes(8, 6)
 OGG = b"OggS\x00\x02" + bytes(200)
@@ -155,6 +160,20 @@ async def test_a_reply_to_a_photo_shows_the_model_that_photo(telegram_bot, opena
     await bot.answered()
     assert llm.images(0) == [PNG]
     assert llm.last_user_text(0) == "what colour is this?"
+
+
+def test_the_first_photo_does_not_import_litellm_on_the_event_loop():
+    """Whether an `openai/` model sees images, and how large they may be, is litellm's model
+    map: the first photo of a fresh process imports litellm for it (seconds), in a thread, so
+    no other conversation freezes meanwhile (tests/first_photo.py)."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.first_photo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["answered"] == ["A small picture."] and outcome["image parts"] == 1
+    assert outcome["litellm imported on"] == "worker"
 
 
 # --- limits ----------------------------------------------------------------------------------
