@@ -105,9 +105,7 @@ class LitellmCalls:
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
         litellm = await load_litellm()
-        if reports_stream_usage(litellm, request["model"]):
-            request = {**request, "stream_options": {"include_usage": True}}
-        response = await litellm.acompletion(**request)
+        response = await litellm.acompletion(**asking_for_usage(request))
         async for chunk in response:
             yield piece_of(chunk)
 
@@ -167,13 +165,13 @@ def _image_url(item: Any) -> str:
     return str(getattr(image, "url", image) or "")
 
 
-@cache
-def reports_stream_usage(litellm: Any, model: str) -> bool:
-    """Whether litellm can ask this model's provider for token counts at the end of a stream
-    (`stream_options`); a provider that does not know the option would refuse the request."""
-    try:
-        provider = litellm.get_llm_provider(model=model)[1]
-        supported = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
-    except Exception:
-        return False
-    return bool(supported) and "stream_options" in supported
+def asking_for_usage(request: dict[str, Any]) -> dict[str, Any]:
+    """A streamed `request` that asks for the token counts at its end, whatever the provider.
+
+    litellm takes `stream_options` from every caller: it passes the option on to the APIs that
+    know it (OpenAI's and those compatible with it), and for the others it reads the counts
+    their own streams carry (Anthropic's `message_start` and `message_delta`, Gemini's
+    `usageMetadata`, Ollama's last line) and hands them over the same way, as a last chunk.
+    Without the option it hands over none, whichever provider counted."""
+    options = request.get("stream_options") or {}
+    return {**request, "stream_options": {**options, "include_usage": True}}

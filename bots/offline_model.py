@@ -24,7 +24,11 @@ from typing import Any
 
 from botweave.files import human_size
 from litellm import CustomLLM
-from litellm.types.llms.openai import ChatCompletionToolCallChunk, ChatCompletionToolCallFunctionChunk
+from litellm.types.llms.openai import (
+    ChatCompletionToolCallChunk,
+    ChatCompletionToolCallFunctionChunk,
+    ChatCompletionUsageBlock,
+)
 from litellm.types.utils import ChatCompletionMessageToolCall, Function, GenericStreamingChunk, ModelResponse
 
 PROVIDER = "offline"
@@ -32,6 +36,8 @@ AGENT_METADATA_KEY = "botweave_agent"
 _WORDS = re.compile(r"\S+\s*|\s+")
 _CALL = re.compile(r"^\s*call\s+(\S+)\s*(.*)$", re.DOTALL)
 _call_ids = itertools.count(1)
+#: What a call to the echo model costs, reported with its answer as a provider reports usage.
+NO_TOKENS = ChatCompletionUsageBlock(prompt_tokens=0, completion_tokens=0, total_tokens=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +163,7 @@ class OfflineEcho(CustomLLM):
                 text="",
                 is_finished=True,
                 finish_reason="tool_calls",
-                usage=None,
+                usage=NO_TOKENS,
                 index=0,
                 tool_use=call,
             )
@@ -169,7 +175,7 @@ class OfflineEcho(CustomLLM):
                 text=piece,
                 is_finished=last,
                 finish_reason="stop" if last else "",
-                usage=None,
+                usage=NO_TOKENS if last else None,
                 index=0,
                 tool_use=None,
             )

@@ -201,9 +201,35 @@ class Exchange:
         return bool(self.body.get("stream"))
 
 
+class ReplyScript:
+    """Replies queued for a model emulator's next requests, in order; every model emulator is
+    scripted this way, whichever wire format it speaks."""
 
-class OpenAIEmulator:
+    def __init__(self) -> None:
+        self._script: deque[Reply] = deque()
+
+    def queue(self, *replies: ReplySpec) -> None:
+        """Answer the next requests with these, in order (before any fallback)."""
+        self._script.extend(as_reply(r) for r in replies)
+
+    def queue_text(self, text: str, **options: Any) -> None:
+        self._script.append(Reply(text=text, **options))
+
+    def queue_tool_calls(self, *calls: ToolCallSpec, text: str | None = None, **options: Any) -> None:
+        """The next request is answered with these calls, made in parallel in one message."""
+        self._script.append(Reply(text=text, tool_calls=[_as_tool_call(c) for c in calls], **options))
+
+    def queue_error(self, status: int, message: str = "emulated failure", **options: Any) -> None:
+        self._script.append(Reply(status=status, error_message=message, **options))
+
+    @property
+    def pending_replies(self) -> int:
+        return len(self._script)
+
+
+class OpenAIEmulator(ReplyScript):
     def __init__(self, reply: str = DEFAULT_REPLY, *, delay: float = 0.0) -> None:
+        super().__init__()
         #: The text answered when nothing is scripted and no hook answers.
         self.reply = reply
         #: Seconds each request takes before answering, like a real model thinking; turns
@@ -236,7 +262,6 @@ class OpenAIEmulator:
         self.violations: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self._script: deque[Reply] = deque()
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.base_url = ""
@@ -259,26 +284,6 @@ class OpenAIEmulator:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-
-    # --- scripting -----------------------------------------------------------------------
-
-    def queue(self, *replies: ReplySpec) -> None:
-        """Answer the next requests with these, in order (before `on_request` and `reply`)."""
-        self._script.extend(as_reply(r) for r in replies)
-
-    def queue_text(self, text: str, **options: Any) -> None:
-        self._script.append(Reply(text=text, **options))
-
-    def queue_tool_calls(self, *calls: ToolCallSpec, text: str | None = None, **options: Any) -> None:
-        """The next request is answered with these calls, made in parallel in one message."""
-        self._script.append(Reply(text=text, tool_calls=[_as_tool_call(c) for c in calls], **options))
-
-    def queue_error(self, status: int, message: str = "emulated failure", **options: Any) -> None:
-        self._script.append(Reply(status=status, error_message=message, **options))
-
-    @property
-    def pending_replies(self) -> int:
-        return len(self._script)
 
     # --- queries for assertions ----------------------------------------------------------
 
