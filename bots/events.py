@@ -185,6 +185,11 @@ class ConversationEvents:
                 found.append(record)
         return found, len(ids) > len(picked)
 
+    async def listing(self, conversation: str) -> dict[str, Any] | None:
+        """What a conversation is and when it was last active (None: no message yet)."""
+        raw = await self.store.get(CONVERSATION_PREFIX + conversation)
+        return json.loads(raw) if raw is not None else None
+
     async def conversations(self) -> list[dict[str, Any]]:
         """Every conversation with messages, newest activity first."""
         found = []
