@@ -49,6 +49,19 @@ async def answer_of(c: Client, message_id: str, timeout: float = TIMEOUT) -> Any
     return await c.next_event(timeout, where=lambda e: e.event == "final" and e.data.get("message_id") == message_id)
 
 
+async def collect(c: Client, done: Any, timeout: float = TIMEOUT) -> list[Any]:
+    """Every event from now until `done(events so far)` holds."""
+    events: list[Any] = []
+    async with asyncio.timeout(timeout):
+        while not done(events):
+            events.append(await c.next_event(timeout))
+    return events
+
+
+def has(events: list[Any], event: str, **data: Any) -> bool:
+    return any(e.event == event and all(e.data.get(k) == v for k, v in data.items()) for e in events)
+
+
 class Raw:
     """One WebSocket spoken frame by frame (what a client in another language would send)."""
 
