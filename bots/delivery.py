@@ -452,7 +452,7 @@ class Delivery:
         record |= {"ids": ids, "reply_to": to.reply_to, "buttons": [b.to_dict() for b in buttons]}
         if file is not None:
             record["attachments"] = [{"file_id": None, "filename": file.filename, "mime": file.mime, "size": file.size}]
-        unique = f"evout:{adapter.platform}:{to.chat_id}:{ids[0]}"
+        unique = f"evonce:out:{adapter.platform}:{to.chat_id}:{ids[0]}"
         await self.events.post(to.conversation_key, record, unique=unique)
 
     async def _publish_change(self, to: Destination, message_id: str, change: dict[str, object]) -> None:

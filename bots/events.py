@@ -49,11 +49,12 @@ EVENT_NAMES = (
     "tool",
 )
 #: Store keys: the event log, the transcript (message ids in order), each message's record,
-#: what each conversation is (for listing them).
+#: the mark that a message is in the transcript, what each conversation is (for listing
+#: them). Publishers name their once-only appends under `evonce:`.
 LOG_PREFIX = "ev:"
 _TRANSCRIPT = "evtx:"
 _RECORD = "evmsg:"
-_SEEN = "evin:"
+_SEEN = "evseen:"
 CONVERSATION_PREFIX = "evconv:"
 #: How long message records and conversation listings are kept after their last change.
 RECORD_TTL_S = 30 * 24 * 3600.0

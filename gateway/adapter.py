@@ -76,7 +76,7 @@ class WebOutbound(Outbound):
     async def send_keyed(
         self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
     ) -> str:
-        return await self._post(chat_id, text, message_id=keyed_id(key), reply_to=reply_to, unique=f"evweb:{key}")
+        return await self._post(chat_id, text, message_id=keyed_id(key), reply_to=reply_to, unique=f"evonce:web:{key}")
 
     async def send_buttons(
         self, chat_id: str, text: str, buttons: Sequence[Button], *, thread_id: str | None, reply_to: str | None

@@ -250,7 +250,7 @@ class GatewayMethods:
                 raise MethodError("not_found", f"reply_to: no message {params.reply_to} in this session")
             refs = await self._attachments(caller, conversation, params.attachments)
             record = user_message(message_id, caller, params.text, reply_to=params.reply_to, attachments=refs)
-            await self.events.post(conversation, record, title=session.title, unique=f"evuser:{conversation}:{message_id}")
+            await self.events.post(conversation, record, title=session.title, unique=f"evonce:user:{conversation}:{message_id}")
         quoted = await self.events.message(conversation, record["reply_to"]) if record.get("reply_to") else None
         quote = None
         if quoted is not None:

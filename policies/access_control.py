@@ -202,7 +202,7 @@ class AccessControl:
         if action == "deny":
             denied = await self.pairing.deny(msg.platform, code)
             if denied is not None:
-                await self._resolved(denied, "denied", msg.sender.name)
+                await self._resolved(denied, "denied", msg.sender.name, owner)
             return ("Request denied." if denied else "No pending request has that code."), None
         result = await self.pairing.approve(msg.platform, code)
         if result.status == "locked":
@@ -210,12 +210,12 @@ class AccessControl:
         if result.status == "wrong_code" or result.request is None:
             return "No pending request has that code.", None
         request = result.request
-        await self._resolved(request, "approved", msg.sender.name)
+        await self._resolved(request, "approved", msg.sender.name, owner)
         return f"Approved {request.name} (id {request.user_id}).", request.chat_id
 
-    async def _resolved(self, request: PendingRequest, outcome: str, by: str) -> None:
+    async def _resolved(self, request: PendingRequest, outcome: str, by: str, owner: str | None) -> None:
         if self._events is not None:
-            data = {"platform": request.platform, "user_id": request.user_id, "outcome": outcome, "by": by}
+            data = {"platform": request.platform, "user_id": request.user_id, "outcome": outcome, "by": by, "owner": owner}
             conversation = f"{request.platform}:dm:{request.user_id}"
             await self._events.publish(conversation, "pairing.resolved", data)
 
@@ -254,7 +254,8 @@ class AccessControl:
                 request = await self.pairing.deny(params.platform, params.code or "")
             if request is None:
                 raise MethodError("not_found", f"no pending pairing request on {params.platform} for that")
-            await self._resolved(request, "approved" if approve else "denied", caller.name)
+            owner = await self.owner(params.platform, config_for(params.platform))
+            await self._resolved(request, "approved" if approve else "denied", caller.name, owner)
             return request
 
         async def approve(caller: Caller, params: PairingDecision) -> dict[str, Any]:

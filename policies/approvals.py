@@ -365,7 +365,7 @@ class ApprovalDesk:
         clients, once)."""
         if self._events is not None and request.conversation:
             resolved = {"id": request.id, "outcome": decision.outcome, "by": decision.by, "approver": request.shown()["approver"]}
-            await self._events.publish(request.conversation, "approval.resolved", resolved, unique=f"evapproval:{request.id}")
+            await self._events.publish(request.conversation, "approval.resolved", resolved, unique=f"evonce:approval:{request.id}")
         adapter = self._adapters.get(request.platform)
         if adapter is None or request.chat_id is None or request.message_id is None:
             return

@@ -125,6 +125,6 @@ class Watch:
                 "edited": bool(msg.metadata.get("revision")),
                 "deleted": False,
             }
-            unique = f"evin:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}{revision_suffix(msg)}"
+            unique = f"evonce:in:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}{revision_suffix(msg)}"
             await self._events.post(inbound.conversation, record, title=msg.channel.title, unique=unique)
         return await call_next(inbound)
