@@ -68,6 +68,7 @@ class Connection:
         self.caller: Caller = self.principal.caller(self.conn_id)
         self._queue: deque[str] = deque()
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # the queue is at most half full again
         self.tasks = TaskOwner(f"gateway {self.conn_id}")
 
     def start(self) -> None:
@@ -103,8 +104,18 @@ class Connection:
                     await ws.send_str(frame)
                 except (ConnectionError, RuntimeError):
                     self.closed = True  # the client went away; the reader notices and cleans up
+                    self._drained.set()
                     return
                 metrics.FRAMES.labels("out").inc()
+                if len(queue) <= self.max_buffered // 2:
+                    self._drained.set()
+
+    async def _room(self) -> None:
+        """Until the queue is at most half full: a catch-up sends at the client's pace, so a
+        long backlog is never what makes a client look slow."""
+        while len(self._queue) > self.max_buffered // 2 and not self.closed:
+            self._drained.clear()
+            await self._drained.wait()
 
     def close_soon(self, code: int, reason: str) -> None:
         """Close from where no await is possible (the queue overflowed while an event was offered)."""
@@ -113,6 +124,7 @@ class Connection:
         self.closed = True
         self._queue.clear()
         self._wake.set()
+        self._drained.set()
         self.tasks.spawn(self._close(code, reason), name="close")
 
     async def close(self, code: int, reason: str) -> None:
@@ -120,6 +132,7 @@ class Connection:
             self.closed = True
             self._queue.clear()
             self._wake.set()
+            self._drained.set()
         await self._close(code, reason)
 
     async def _close(self, code: int, reason: str) -> None:
@@ -140,6 +153,7 @@ class Connection:
     async def finish(self) -> None:
         self.closed = True
         self._wake.set()
+        self._drained.set()
         await self.tasks.close(1.0, grace=1.0)
 
     # --- following conversations --------------------------------------------------------------
@@ -185,8 +199,10 @@ class Connection:
         try:
             if cursor.delivered is None:
                 cursor.delivered = await self.events.head(conversation)
+            batch = max(1, min(CATCH_UP_BATCH, self.max_buffered // 2))
             while not self.closed and self.cursors.get(conversation) is cursor:
-                held = await self.events.read(conversation, after=cursor.delivered, limit=CATCH_UP_BATCH)
+                await self._room()
+                held = await self.events.read(conversation, after=cursor.delivered, limit=batch)
                 gone = held.head > cursor.delivered and held.first > cursor.delivered + 1
                 if gone or cursor.delivered > held.head:  # trimmed away, or a cursor from another store
                     await self._resync(conversation, cursor, held.head)
@@ -195,7 +211,7 @@ class Connection:
                     if seq == cursor.delivered + 1:
                         cursor.delivered = seq
                         self.send(logged_event_frame(conversation, seq, logged))
-                if len(held.entries) < CATCH_UP_BATCH and cursor.seen <= cursor.delivered:
+                if len(held.entries) < batch and cursor.seen <= cursor.delivered:
                     break
         finally:
             cursor.catching_up = False

@@ -106,6 +106,13 @@ class Raw:
             return None
         return json.loads(msg.data)
 
+    async def event(self, timeout: float = TIMEOUT) -> dict[str, Any] | None:
+        """The next event of a conversation (presence notices skipped), or None once closed."""
+        while True:
+            frame = await self.next(timeout)
+            if frame is None or frame.get("event") != "presence":
+                return frame
+
     async def answer(self, request_id: Any, timeout: float = TIMEOUT) -> dict[str, Any]:
         self.events = getattr(self, "events", [])
         async with asyncio.timeout(timeout):
