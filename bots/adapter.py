@@ -326,7 +326,8 @@ class Adapter(ABC):
     ) -> None:
         self._sink = sink
         self._presses = presses
-        self.events = events
+        if events is not None:  # bound again by someone who taps the sink: the events stay
+            self.events = events
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer

@@ -101,7 +101,10 @@ class Connection:
             while queue and not self.closed:
                 frame = queue.popleft()
                 try:
-                    await ws.send_str(frame)
+                    try:
+                        await ws.send_str(frame)
+                    except UnicodeEncodeError:  # a lone surrogate (a model's, say): sent as its JSON escape
+                        await ws.send_str(frame.encode("utf-8", "backslashreplace").decode("utf-8"))
                 except (ConnectionError, RuntimeError):
                     self.closed = True  # the client went away; the reader notices and cleans up
                     self._drained.set()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from botweave.methods import MethodError
+from botweave.payload import clean_text
 
 PROTOCOL = 1
 #: The largest frame read from a client, before `connect` and after (files go over HTTP).
@@ -47,6 +48,18 @@ class Request:
     params: Any
 
 
+def _cleaned(value: Any) -> Any:
+    """Strings without lone surrogates or NUL (U+FFFD instead): a JSON escape can carry them,
+    and neither a store nor a UTF-8 encoder takes them."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(str(key)): _cleaned(item) for key, item in value.items()}
+    return value
+
+
 def read_request(text: str) -> Request:
     """A client frame as a request; `BadFrame` (not_json, bad_frame) otherwise, naming the
     frame's id when it had a usable one, so the answer can carry it."""
@@ -54,6 +67,11 @@ def read_request(text: str) -> Request:
         frame = json.loads(text)
     except (ValueError, RecursionError):
         raise BadFrame("not_json", "the frame is not JSON") from None
+    if "\\u" in text or "\x00" in text:  # only an escape (or a NUL) brings what clean_text replaces
+        try:
+            frame = _cleaned(frame)
+        except RecursionError:
+            raise BadFrame("bad_frame", "the frame is nested too deeply") from None
     if not isinstance(frame, dict):
         raise BadFrame("not_json", "the frame must be a JSON object")
     request_id = frame.get("id")

@@ -182,3 +182,14 @@ async def test_a_gateway_open_to_other_machines_needs_a_token(llm) -> None:
         assert app.gateway is not None and app.gateway.port > 0
     finally:
         await asyncio.wait_for(app.stop(), 15)
+
+
+async def test_a_lone_surrogate_in_a_json_escape_is_replaced_not_stored_or_echoed(app: App) -> None:
+    """A JSON escape can carry what no UTF-8 encoder takes (a lone surrogate): it becomes
+    U+FFFD as the frame is read, so neither the store nor the answer chokes on it."""
+    async with Raw(app.gateway.url) as ws:
+        await ws.connect(TOKENS["ann"])
+        await ws.send('{"type": "req", "id": 9, "method": "sessions.create", "params": {"title": "a\\ud800b\\u0000"}}')
+        answer = await ws.answer(9)
+        assert answer["ok"] and answer["result"]["session"]["title"] == "a\ufffdb\ufffd"
+        assert (await ws.request(10, "sessions.list", {}))["ok"], "the connection still answers"
