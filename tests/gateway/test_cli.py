@@ -160,3 +160,13 @@ async def test_doctor_checks_the_gateways_address_and_tokens(tmp_path: Path) -> 
     assert code == 1 and found[0].startswith(f"FAIL gateway listen: 127.0.0.1:{busy}:")
     code, found = await lines()
     assert found == ["skip gateway: off (no gateway.listen)"]
+
+
+def test_check_shows_the_gateway_with_its_tokens_masked(tmp_path: Path) -> None:
+    secret = "supersecrettoken12345"
+    config = write(tmp_path / "bot.yaml", store={"url": "memory://"},
+                   gateway={"listen": "127.0.0.1:8787", "tokens": [{"name": "ann", "token": secret, "scopes": ["write"]}]})
+    shown = cli("check", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert "gateway:\n  listen: 127.0.0.1:8787" in shown.stdout and "token: '***'" in shown.stdout
+    assert secret not in shown.stdout + shown.stderr
