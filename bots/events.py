@@ -21,15 +21,16 @@ to whoever reads its `log_feed` (the gateway in the ingress does).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from botweave.store import Append, LogSlice, Operation, Put, Store
+from botweave.tasks import spawn
 
 log = logging.getLogger(__name__)
 
@@ -220,31 +221,60 @@ class ConversationEvents:
         return self._mask(arguments) if self._mask is not None else arguments
 
 
-@dataclass(frozen=True, slots=True)
 class RunEvents:
     """One answer's events, in its conversation: its words as they stream, its tool calls and
-    how it ended."""
+    how it ended.
 
-    events: ConversationEvents
-    conversation: str
-    run_id: str
-    message_id: str
+    Words are published at the model's pace without making the model wait for the store:
+    `delta` hands the words to a publication in flight, and words that arrive while one is
+    being written go out together as the next event (nothing is dropped; the text of the
+    deltas is the text of the answer). Every other event waits for the words before it, so
+    the log keeps the run's order."""
+
+    __slots__ = ("events", "conversation", "run_id", "message_id", "_unsent", "_sending")
+
+    def __init__(self, events: ConversationEvents, conversation: str, run_id: str, message_id: str) -> None:
+        self.events = events
+        self.conversation = conversation
+        self.run_id = run_id
+        self.message_id = message_id
+        self._unsent = ""
+        self._sending: asyncio.Task[None] | None = None
 
     async def _publish(self, event: str, data: dict[str, Any]) -> None:
         await self.events.publish(self.conversation, event, {"run_id": self.run_id, "message_id": self.message_id, **data})
 
     async def delta(self, text: str) -> None:
-        await self._publish("delta", {"text": text})
+        self._unsent += text
+        if self._sending is None or self._sending.done():
+            if self._sending is not None:
+                self._sending.result()  # an earlier write that failed fails the turn here
+            self._sending = spawn(self._send_words(), name="publish a run's words")
+
+    async def _send_words(self) -> None:
+        while self._unsent:
+            text, self._unsent = self._unsent, ""
+            await self._publish("delta", {"text": text})
+
+    async def settle(self) -> None:
+        """Until the words handed over so far are in the log."""
+        sending = self._sending
+        if sending is not None:
+            await asyncio.shield(sending)
 
     async def tool(self, call_id: str, name: str, status: str, arguments: Any) -> None:
+        await self.settle()
         shown = self.events.masked(arguments)
         await self._publish("tool", {"call_id": call_id, "name": name, "status": status, "arguments": shown})
 
     async def final(self, text: str, reply_ids: Sequence[str], **more: Any) -> None:
+        await self.settle()
         await self._publish("final", {"text": text, "reply_ids": list(reply_ids), **more})
 
     async def stopped(self, reason: str) -> None:
+        await self.settle()
         await self._publish("stopped", {"reason": reason})
 
     async def error(self, message: str) -> None:
+        await self.settle()
         await self._publish("error", {"message": message})

@@ -126,11 +126,13 @@ class Client:
         if self.token:
             params["auth"] = {"token": self.token}
         await ws.send_str(json.dumps({"type": "req", "id": "connect", "method": "connect", "params": params}))
-        msg = await ws.receive(timeout=self.timeout)
-        if msg.type != aiohttp.WSMsgType.TEXT:
-            await ws.close()
-            raise GatewayError("closed", f"the gateway closed the connection ({ws.close_code})")
-        frame = json.loads(msg.data)
+        frame: dict[str, Any] = {}
+        while frame.get("type") != "res":  # the answer comes first; skip anything that does not
+            msg = await ws.receive(timeout=self.timeout)
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                await ws.close()
+                raise GatewayError("closed", f"the gateway closed the connection ({ws.close_code})")
+            frame = json.loads(msg.data)
         if not frame.get("ok"):
             error = frame.get("error") or {}
             await ws.close()

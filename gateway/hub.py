@@ -84,11 +84,10 @@ class Hub:
         self.connections[conn.conn_id] = conn
 
     def remove(self, conn: Connection) -> None:
-        if self.connections.pop(conn.conn_id, None) is None:
-            return
         for conversation in list(conn.cursors):
             self.unfollow(conn, conversation)
-        self.broadcast_presence()
+        if self.connections.pop(conn.conn_id, None) is not None:
+            self.broadcast_presence()
 
     def presence(self) -> list[dict[str, Any]]:
         return [conn.presence() for conn in self.connections.values()]

@@ -328,8 +328,6 @@ class Gateway:
             self.events, self.config.max_buffered, time.time(),
         )
         conn.start()
-        self.hub.add(conn)
-        metrics.CONNECTIONS.inc()
         try:
             result, resumed = await self._connected(conn, params)
         except MethodError as exc:
@@ -337,10 +335,11 @@ class Gateway:
             await conn.flush()
             await conn.close(CLOSE_UNAUTHORIZED, exc.code)
             self.hub.remove(conn)
-            metrics.CONNECTIONS.dec()
             await conn.finish()
             return None
-        conn.send(result_frame(req.id, result))
+        conn.send(result_frame(req.id, result))  # the first frame a connection gets is its answer
+        self.hub.add(conn)
+        metrics.CONNECTIONS.inc()
         self.hub.broadcast_presence()
         for conversation in resumed:
             conn.tasks.spawn(conn.catch_up(conversation, conn.cursors[conversation]), name="catch up a resume")

@@ -193,3 +193,19 @@ async def test_a_lone_surrogate_in_a_json_escape_is_replaced_not_stored_or_echoe
         answer = await ws.answer(9)
         assert answer["ok"] and answer["result"]["session"]["title"] == "a\ufffdb\ufffd"
         assert (await ws.request(10, "sessions.list", {}))["ok"], "the connection still answers"
+
+
+async def test_the_first_frame_is_the_answer_even_while_others_connect(start_app, llm, tmp_path) -> None:
+    """Presence notices of other connections never come before a connection's own answer
+    (on SQLite, whose reads let other connections in while one is being answered)."""
+    app = await start_app(config(llm, store={"url": f"sqlite:///{tmp_path / 'state.db'}"}))
+
+    async def first_frame() -> dict:
+        async with Raw(app.gateway.url) as ws:
+            await ws.send({"type": "req", "id": "c", "method": "connect", "params": {"auth": {"token": TOKENS["eve"]}}})
+            frame = await ws.next()
+            assert frame is not None
+            return frame
+
+    frames = await asyncio.gather(*(first_frame() for _ in range(30)))
+    assert [f["type"] for f in frames] == ["res"] * 30 and all(f["ok"] for f in frames)
