@@ -312,12 +312,17 @@ async def idle_memory(workdir: Path, store: str, count: int) -> float:
     bot = Bot(workdir, config)
     try:
         await bot.listening(port)
-        warm = [Client(f"ws://127.0.0.1:{port}/ws") for _ in range(20)]  # the first connections' one-off costs
+        # The bot imports litellm while it starts (in a thread, after it already listens) and
+        # the first connections and turn make one-off allocations: all of that before measuring.
+        warm = [Client(f"ws://127.0.0.1:{port}/ws", timeout=120) for _ in range(20)]
         for client in warm:
             await client.connect()
+        session = await warm[0].create_session()
+        sent = await warm[0].send(session, "warm up")
+        await warm[0].next_event(120, where=lambda e: e.event == "final" and e.data["message_id"] == sent)
         for client in warm:
             await client.close()
-        await asyncio.sleep(1)
+        await asyncio.sleep(2)
         before = rss_bytes(bot.pid)
         clients = [Client(f"ws://127.0.0.1:{port}/ws", timeout=60) for _ in range(count)]
         await asyncio.gather(*(c.connect() for c in clients))

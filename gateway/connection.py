@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from botweave.events import ConversationEvents
 from botweave.methods import Caller
 from botweave.tasks import TaskOwner
@@ -39,6 +39,12 @@ CATCH_UP_BATCH = 500
 RESYNC_MESSAGES = 100
 #: How long a close waits for its frame to go out before the connection is cut.
 CLOSE_WAIT_S = 3.0
+
+
+def encoded(frame: str) -> bytes:
+    """A frame as UTF-8; a lone surrogate (a model may produce one) goes as its JSON escape,
+    which is what it was in the JSON it came in."""
+    return frame.encode("utf-8", "backslashreplace")
 
 
 @dataclass(slots=True)
@@ -66,7 +72,7 @@ class Connection:
 
     def __post_init__(self) -> None:
         self.caller: Caller = self.principal.caller(self.conn_id)
-        self._queue: deque[str] = deque()
+        self._queue: deque[bytes] = deque()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # the queue is at most half full again
         self.tasks = TaskOwner(f"gateway {self.conn_id}")
@@ -79,11 +85,12 @@ class Connection:
 
     # --- sending ------------------------------------------------------------------------------
 
-    def send(self, frame: str) -> None:
-        """Queue a frame; a client `max_buffered` frames behind is closed, not skipped."""
+    def send(self, frame: str | bytes) -> None:
+        """Queue a frame (text, or text already encoded: one event's frame is encoded once for
+        all its followers); a client `max_buffered` frames behind is closed, not skipped."""
         if self.closed:
             return
-        self._queue.append(frame)
+        self._queue.append(encoded(frame) if isinstance(frame, str) else frame)
         if len(self._queue) > self.max_buffered:
             metrics.SLOW_CONSUMERS.inc()
             log.info("gateway: %s (%s) fell %d events behind; closed as slow", self.conn_id, self.principal.name,
@@ -101,10 +108,7 @@ class Connection:
             while queue and not self.closed:
                 frame = queue.popleft()
                 try:
-                    try:
-                        await ws.send_str(frame)
-                    except UnicodeEncodeError:  # a lone surrogate (a model's, say): sent as its JSON escape
-                        await ws.send_str(frame.encode("utf-8", "backslashreplace").decode("utf-8"))
+                    await ws.send_frame(frame, WSMsgType.TEXT)
                 except (ConnectionError, RuntimeError):
                     self.closed = True  # the client went away; the reader notices and cleans up
                     self._drained.set()
@@ -171,8 +175,8 @@ class Connection:
         cursor.delivered = after
         return cursor
 
-    def offer(self, conversation: str, seq: int, logged: str) -> None:
-        """An event the feed brought (see the module docstring)."""
+    def offer(self, conversation: str, seq: int, logged: str, framed: bytes | None = None) -> None:
+        """An event the feed brought (see the module docstring); `framed`, its frame encoded."""
         cursor = self.cursors.get(conversation)
         if cursor is None or self.closed:
             return
@@ -183,7 +187,7 @@ class Connection:
             return
         if seq == cursor.delivered + 1:
             cursor.delivered = seq
-            self.send(logged_event_frame(conversation, seq, logged))
+            self.send(framed if framed is not None else logged_event_frame(conversation, seq, logged))
             return
         cursor.catching_up = True
         cursor.seen = seq

@@ -19,8 +19,8 @@ from botweave.methods import Caller
 from botweave.store import LogFeed
 from botweave.tasks import TaskOwner
 
-from .connection import Connection
-from .protocol import CLOSE_GOING_AWAY, event_frame
+from .connection import Connection, encoded
+from .protocol import CLOSE_GOING_AWAY, event_frame, logged_event_frame
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Hub:
         return [conn.presence() for conn in self.connections.values()]
 
     def broadcast_presence(self) -> None:
-        frame = event_frame("presence", {"connections": self.presence()})
+        frame = encoded(event_frame("presence", {"connections": self.presence()}))
         for conn in list(self.connections.values()):
             conn.send(frame)
 
@@ -120,8 +120,9 @@ class Hub:
     def on_append(self, conversation: str, seq: int, logged: str) -> None:
         followers = self._followers.get(conversation)
         if followers:
+            framed = encoded(logged_event_frame(conversation, seq, logged))  # once, whoever follows
             for conn in tuple(followers):
-                conn.offer(conversation, seq, logged)
+                conn.offer(conversation, seq, logged, framed)
         if logged.startswith(NOTICES):
             self._notify(conversation, logged, followers or set())
 
@@ -131,9 +132,9 @@ class Hub:
         except ValueError:
             return
         event, data = str(parsed.get("event")), parsed.get("data") or {}
-        frame: str | None = None
+        frame: bytes | None = None
         for conn in tuple(self.connections.values()):
             if conn in followers or not may_answer(conn.caller, event, data):
                 continue
-            frame = frame or event_frame(event, {**data, "conversation": conversation})
+            frame = frame or encoded(event_frame(event, {**data, "conversation": conversation}))
             conn.send(frame)

@@ -209,3 +209,15 @@ async def test_the_first_frame_is_the_answer_even_while_others_connect(start_app
 
     frames = await asyncio.gather(*(first_frame() for _ in range(30)))
     assert [f["type"] for f in frames] == ["res"] * 30 and all(f["ok"] for f in frames)
+
+
+async def test_an_event_carrying_a_lone_surrogate_reaches_its_follower_as_its_json_escape(app: App) -> None:
+    """A model can answer with a lone surrogate (it arrives in a JSON escape from the
+    provider); the event still goes out, the surrogate escaped as it came."""
+    assert app.events is not None
+    async with Raw(app.gateway.url) as ws:
+        await ws.connect(TOKENS["eve"], resume={"telegram:5": 0})
+        await app.events.publish("telegram:5", "delta", {"run_id": "r", "message_id": "m", "text": "a\ud800b"})
+        frame = await ws.event()
+        assert frame is not None and frame["data"]["text"] == "a\ud800b"
+        assert (await ws.request(1, "sessions.list", {}))["ok"]
