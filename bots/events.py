@@ -138,7 +138,8 @@ class ConversationEvents:
     ) -> int:
         """A new message: kept in the transcript, listed with its conversation (under
         `title`, the chat's name where the platform gives one), and published as a `message`
-        event. Posting the same id again keeps one record (the newest)."""
+        event. Posting the same id again keeps one record (the newest), unless `unique` names
+        a post made before: then nothing changes."""
         record = {"conversation": conversation, **message}
         message_id = str(record["id"])
         encoded = json.dumps(record, ensure_ascii=False, default=str)
@@ -155,9 +156,11 @@ class ConversationEvents:
             Put(self._record_key(conversation, message_id), encoded, ttl=RECORD_TTL_S),
             Put(CONVERSATION_PREFIX + conversation, json.dumps(listing, ensure_ascii=False), ttl=RECORD_TTL_S),
         ]
-        if not await self.store.commit(f"{_SEEN}{conversation}:{message_id}", operations, ttl=RECORD_TTL_S):
+        new = await self.store.commit(f"{_SEEN}{conversation}:{message_id}", operations, ttl=RECORD_TTL_S)
+        seq = await self.publish(conversation, "message", record, unique=unique)
+        if not new and seq:  # the same id again, and not an append made before: the newer record
             await self.store.set(self._record_key(conversation, message_id), encoded, ttl=RECORD_TTL_S)
-        return await self.publish(conversation, "message", record, unique=unique)
+        return seq
 
     async def update(self, conversation: str, message: Mapping[str, Any]) -> int:
         """A message that changed (grew, was edited, reacted to, deleted): its record replaced

@@ -9,6 +9,7 @@ the feed says it may have missed something, every connection reads its logs agai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -24,6 +25,8 @@ from .protocol import CLOSE_GOING_AWAY, event_frame, logged_event_frame
 
 log = logging.getLogger(__name__)
 
+#: How often who came and went is told to everyone (`presence`).
+PRESENCE_EVERY_S = 0.5
 #: Events that also go to whoever may answer them, followers of their conversation or not.
 NOTICES = ('{"event":"approval.', '{"event":"pairing.')
 
@@ -50,6 +53,9 @@ class Hub:
         self._tasks = TaskOwner("gateway hub")
         self._stop_listening: Callable[[], None] | None = None
         self._feed: LogFeed | None = None
+        self._joined: list[dict[str, Any]] = []
+        self._left: list[str] = []
+        self._presence_timer: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         feed = self.events.store.log_feed(LOG_PREFIX)
@@ -60,6 +66,9 @@ class Hub:
             self._tasks.spawn(self._follow(feed), name="follow the store's feed")
 
     async def stop(self) -> None:
+        if self._presence_timer is not None:
+            self._presence_timer.cancel()
+            self._presence_timer = None
         if self._stop_listening is not None:
             self._stop_listening()
         if self._feed is not None:
@@ -80,20 +89,38 @@ class Hub:
     # --- connections --------------------------------------------------------------------------
 
     def add(self, conn: Connection) -> None:
-        """A connection past its handshake (its answer goes out first, then `presence`)."""
+        """A connection past its handshake (its answer went out first): everyone hears of it."""
         self.connections[conn.conn_id] = conn
+        self._presence_change(joined=conn.presence())
 
     def remove(self, conn: Connection) -> None:
         for conversation in list(conn.cursors):
             self.unfollow(conn, conversation)
         if self.connections.pop(conn.conn_id, None) is not None:
-            self.broadcast_presence()
+            self._presence_change(left=conn.conn_id)
 
     def presence(self) -> list[dict[str, Any]]:
         return [conn.presence() for conn in self.connections.values()]
 
-    def broadcast_presence(self) -> None:
-        frame = encoded(event_frame("presence", {"connections": self.presence()}))
+    def _presence_change(self, *, joined: dict[str, Any] | None = None, left: str | None = None) -> None:
+        """Who came and went, told to everyone at most every PRESENCE_EVERY_S: a crowd
+        connecting at once is a few small frames each, not one full list per arrival."""
+        if joined is not None:
+            self._joined.append(joined)
+        if left is not None:
+            self._left.append(left)
+        if self._presence_timer is None:
+            self._presence_timer = asyncio.get_running_loop().call_later(PRESENCE_EVERY_S, self._tell_presence)
+
+    def _tell_presence(self) -> None:
+        self._presence_timer = None
+        gone = set(self._left)
+        joined = [p for p in self._joined if p["conn_id"] not in gone]
+        left = [c for c in self._left if c not in {p["conn_id"] for p in self._joined}]
+        self._joined, self._left = [], []
+        if not joined and not left:
+            return
+        frame = encoded(event_frame("presence", {"joined": joined, "left": left}))
         for conn in list(self.connections.values()):
             conn.send(frame)
 

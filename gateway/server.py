@@ -340,7 +340,6 @@ class Gateway:
         conn.send(result_frame(req.id, result))  # the first frame a connection gets is its answer
         self.hub.add(conn)
         metrics.CONNECTIONS.inc()
-        self.hub.broadcast_presence()
         for conversation in resumed:
             conn.tasks.spawn(conn.catch_up(conversation, conn.cursors[conversation]), name="catch up a resume")
         return conn

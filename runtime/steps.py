@@ -17,7 +17,7 @@ from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.router import Router
 from botweave.runtime.turns import turn_marker, user_entry
 from botweave.store import Store
-from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, revision_suffix
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, META_REVISION, revision_suffix
 
 
 class MessageHooks:
@@ -122,7 +122,7 @@ class Watch:
                 ],
                 "buttons": [],
                 "reactions": [],
-                "edited": bool(msg.metadata.get("revision")),
+                "edited": bool(msg.metadata.get(META_REVISION)),
                 "deleted": False,
             }
             unique = f"evonce:in:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}{revision_suffix(msg)}"

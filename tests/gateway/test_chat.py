@@ -27,7 +27,7 @@ def words(text: str) -> str:
 
 
 async def test_a_message_streams_its_answer_and_both_are_kept(app: App, llm: OpenAIEmulator) -> None:
-    llm.queue(Reply(text="The capital of France is Paris.", chunks=6))
+    llm.queue(Reply(text="The capital of France is Paris.", chunks=6, chunk_delay=0.05))  # the model's pace
     async with client(app) as ann:
         session = await ann.create_session("geography")
         message_id = await ann.send(session, "What is the capital of France?")
@@ -249,14 +249,25 @@ async def test_a_share_reads_one_session_until_it_is_revoked(app: App, llm: Open
 async def test_presence_and_health(app: App) -> None:
     async with client(app, "ann") as ann:
         async with client(app, "eve", name="dashboard") as eve:
-            seen = await ann.next_event(where=lambda e: e.event == "presence" and len(e.data["connections"]) == 2)
-            assert sorted(c["principal"]["name"] for c in seen.data["connections"]) == ["ann", "eve"]
-            assert seen.seq is None and seen.conversation is None
+            came = await ann.next_event(where=lambda e: e.event == "presence" and any(
+                p["principal"]["name"] == "eve" for p in e.data["joined"]))
+            assert came.seq is None and came.conversation is None
+            (joined,) = [p for p in came.data["joined"] if p["principal"]["name"] == "eve"]
+            assert joined["client"]["name"] == "dashboard"
+            eve_id = joined["conn_id"]
             listed = (await eve.call("presence"))["connections"]
+            assert {c["principal"]["name"] for c in listed} == {"ann", "eve"}
             assert {c["client"]["name"] for c in listed} == {"botweave-python", "dashboard"}
-        left = await ann.next_event(where=lambda e: e.event == "presence" and len(e.data["connections"]) == 1)
-        assert left.data["connections"][0]["principal"]["name"] == "ann"
+        went = await ann.next_event(where=lambda e: e.event == "presence" and e.data["left"])
+        assert went.data["left"] == [eve_id]
         assert await ann.call("health") == {"status": "ok", "failing": {}}
+
+
+async def test_readiness_names_a_gateway_that_is_not_listening(app: App) -> None:
+    assert await app.readiness() == {}
+    assert app.gateway is not None
+    await app.gateway.stop()
+    assert await app.readiness() == {"gateway": "not listening"}
 
 
 async def test_conversations_are_listed_for_who_may_read_them(app: App) -> None:

@@ -10,10 +10,15 @@ from typing import Any
 
 import pytest
 from botweave import App
+from botweave.metrics import REGISTRY
 
 from tests.emulators.openai import OpenAIEmulator, Reply
 from tests.emulators.telegram import wait_until
 from tests.gateway.support import TOKENS, Raw, client, config
+
+
+def counted(name: str) -> float:
+    return REGISTRY.get_sample_value(f"botweave_gateway_{name}_total") or 0.0
 
 
 def lost_and_twice(received: list[int], expected: range) -> tuple[int, int]:
@@ -70,6 +75,7 @@ async def test_a_client_that_stops_reading_is_closed_as_slow_and_resumes_everyth
     assert app.events is not None
     conversation = "telegram:-100777"  # any conversation: reading needs only the read scope
     received: list[int] = []
+    closed_before, resumed_before = counted("slow_consumer_closes"), counted("resumes")
     slow = Raw(app.gateway.url)
     await slow.__aenter__()
     await slow.connect(TOKENS["eve"], resume={conversation: 0})
@@ -93,6 +99,7 @@ async def test_a_client_that_stops_reading_is_closed_as_slow_and_resumes_everyth
         await again.connect(TOKENS["eve"], resume={conversation: received[-1]})
         await read_until(again, conversation, lambda f: f["seq"] == total, received, timeout=60)
     assert lost_and_twice(received, range(1, total + 1)) == (0, 0)
+    assert counted("slow_consumer_closes") == closed_before + 1 and counted("resumes") == resumed_before + 2
 
 
 async def test_a_cursor_older_than_the_log_gets_a_resync_then_goes_on(start_app, llm: OpenAIEmulator) -> None:
@@ -106,6 +113,7 @@ async def test_a_cursor_older_than_the_log_gets_a_resync_then_goes_on(start_app,
             await ann.next_event(where=lambda e: e.event == "final" and e.data["text"])
     head = await log_head(app, conversation)
     assert head > 20
+    resyncs = counted("resyncs")
     async with Raw(app.gateway.url) as late:
         await late.connect(TOKENS["ann"], resume={conversation: 3})
         resync = await late.event()
@@ -116,6 +124,7 @@ async def test_a_cursor_older_than_the_log_gets_a_resync_then_goes_on(start_app,
         await app.events.publish(conversation, "message", {"id": "x", "text": "after the resync"})
         after = await late.event()
         assert after is not None and after["seq"] == head + 1
+    assert counted("resyncs") == resyncs + 1
 
 
 async def test_a_cursor_ahead_of_the_store_gets_a_resync_rather_than_silence(start_app, llm: OpenAIEmulator) -> None:
