@@ -254,7 +254,7 @@ class AccessControl:
                 request = await self.pairing.deny(params.platform, params.code or "")
             if request is None:
                 raise MethodError("not_found", f"no pending pairing request on {params.platform} for that")
-            owner = await self.owner(params.platform, config_for(params.platform))
+            owner = await self.owner_of(params.platform)
             await self._resolved(request, "approved" if approve else "denied", caller.name, owner)
             return request
 

@@ -31,10 +31,10 @@ from typing import Any, Literal
 
 from botweave.adapter import Adapter
 from botweave.buttons import ButtonBook
+from botweave.conversations import conversation_key
 from botweave.delivery import PROCESS, Delivery, Destination
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
-from botweave.router import conversation_key
 from botweave.store import Store
 from botweave.tasks import TaskOwner
 from botweave.tooling import ApprovalRule, ToolContext
