@@ -75,6 +75,7 @@ class Connection:
         self._queue: deque[bytes] = deque()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # the queue is at most half full again
+        self._catching = asyncio.Lock()
         self.tasks = TaskOwner(f"gateway {self.conn_id}")
 
     def start(self) -> None:
@@ -117,10 +118,10 @@ class Connection:
                 if len(queue) <= self.max_buffered // 2:
                     self._drained.set()
 
-    async def _room(self) -> None:
-        """Until the queue is at most half full: a catch-up sends at the client's pace, so a
-        long backlog is never what makes a client look slow."""
-        while len(self._queue) > self.max_buffered // 2 and not self.closed:
+    async def _room(self, frames: int) -> None:
+        """Until `frames` more fit in the queue's first half: a catch-up sends at the client's
+        pace, so a long backlog is never what makes a client look slow."""
+        while len(self._queue) + frames > self.max_buffered // 2 and not self.closed:
             self._drained.clear()
             await self._drained.wait()
 
@@ -206,18 +207,19 @@ class Connection:
         try:
             if cursor.delivered is None:
                 cursor.delivered = await self.events.head(conversation)
-            batch = max(1, min(CATCH_UP_BATCH, self.max_buffered // 2))
+            batch = max(1, min(CATCH_UP_BATCH, self.max_buffered // 4))
             while not self.closed and self.cursors.get(conversation) is cursor:
-                await self._room()
-                held = await self.events.read(conversation, after=cursor.delivered, limit=batch)
-                gone = held.head > cursor.delivered and held.first > cursor.delivered + 1
-                if gone or cursor.delivered > held.head:  # trimmed away, or a cursor from another store
-                    await self._resync(conversation, cursor, held.head)
-                    continue
-                for seq, logged in held.entries:
-                    if seq == cursor.delivered + 1:
-                        cursor.delivered = seq
-                        self.send(logged_event_frame(conversation, seq, logged))
+                async with self._catching:  # one catch-up at a time fills this client's queue
+                    await self._room(batch)
+                    held = await self.events.read(conversation, after=cursor.delivered, limit=batch)
+                    gone = held.head > cursor.delivered and held.first > cursor.delivered + 1
+                    if gone or cursor.delivered > held.head:  # trimmed away, or a cursor from another store
+                        await self._resync(conversation, cursor, held.head)
+                        continue
+                    for seq, logged in held.entries:
+                        if seq == cursor.delivered + 1:
+                            cursor.delivered = seq
+                            self.send(logged_event_frame(conversation, seq, logged))
                 if len(held.entries) < batch and cursor.seen <= cursor.delivered:
                     break
         finally:
