@@ -57,6 +57,7 @@ from .protocol import (
     result_frame,
 )
 from .sessions import SessionBook, session_of
+from .ui import UI, SignIn
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,8 @@ class Gateway:
         self.hub = Hub(events)
         self.guard = IngressGuard("gateway", config.trusted_proxies, limit=FailedAuthLimit())
         self._open = False  # no token anywhere and a loopback listen: clients need none
+        #: One-time sign-in links for browser tabs (`botweave web` sets it before the start).
+        self.signin: SignIn | None = None
         self._runner: web.AppRunner | None = None
         self._tasks = TaskOwner("gateway")
         GatewayMethods(self).register(methods)
@@ -144,11 +147,12 @@ class Gateway:
                 "add one under gateway.tokens (token: \"${VAR}\") or with `botweave gateway token add NAME`, "
                 "or listen on 127.0.0.1"
             ])
-        self._open = not any_token
+        self._open = not any_token and self.signin is None  # a sign-in link is a token too
         app = web.Application(client_max_size=self.max_upload_bytes + 1024 * 1024)
         app.router.add_get("/ws", self._websocket)
         app.router.add_post("/uploads", self._upload)
         app.router.add_get("/files/{file_id}", self._file)
+        UI(self.signin, lambda request: self._refusal(request) is None).add_routes(app)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
@@ -165,6 +169,8 @@ class Gateway:
         self._tasks.spawn(self._recheck(), name="recheck principals")
         how = "no token needed (loopback, none configured)" if self._open else "tokens required"
         log.info("gateway: listening on %s (%s)", self.url, how)
+        if self.signin is not None:
+            self.signin.listening(self.host, self.port)
 
     async def stop(self) -> None:
         await self._tasks.close(0.0, grace=1.0)
@@ -233,6 +239,8 @@ class Gateway:
                 return local_principal(), None
             error = MethodError("unauthorized", "a token is needed: connect with auth.token")
         else:
+            if self.signin is not None and self.signin.lookup(token) is not None:
+                return local_principal(), None  # a tab signed in from the terminal's link
             principal = await self.tokens.authenticate(token)
             if principal is not None:
                 return principal, None
