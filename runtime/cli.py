@@ -1,4 +1,4 @@
-"""The `botweave` command: run, chat, check, doctor, init, room, pair, gateway.
+"""The `botweave` command: run, chat, web, check, doctor, init, room, pair, gateway.
 
 Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
 `botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
@@ -70,7 +70,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)", parents=common)
     chat.add_argument("config", nargs="?", help=CONFIG_HELP)
-    for command in (run, chat):
+    web = sub.add_parser(
+        "web", help="run the bot with its browser UI and print a one-time sign-in link", parents=common
+    )
+    web.add_argument("config", nargs="?", help=CONFIG_HELP)
+    web.add_argument(
+        "--gateway-listen",
+        metavar="HOST:PORT",
+        help="where the gateway and the page listen (default: gateway.listen, else 127.0.0.1:8787 or a free port)",
+    )
+    for command in (run, chat, web):
         command.add_argument(
             "--ephemeral",
             action="store_true",
@@ -139,19 +148,19 @@ def _parser() -> argparse.ArgumentParser:
 def _setup_logging(verbosity: int, fmt: LogFormat, command: str) -> None:
     """`run` talks at INFO (each platform connecting, each turn), since nobody watches it
     otherwise; everything else, the chat above all, only warns. Each -v goes one level down."""
-    base = logging.INFO if command == "run" else logging.WARNING
+    base = logging.INFO if command in ("run", "web") else logging.WARNING
     setup_logging(max(logging.DEBUG, base - 10 * verbosity), fmt, libraries=verbosity >= 2)
 
 
-def _load(path: str | None, *, ephemeral: bool = False) -> Any:
-    """The configuration, with its store settled: the one bot.yaml names, memory with
-    `--ephemeral`, else the SQLite file that belongs to this configuration file."""
+def _load(path: str | None, *, ephemeral: bool = False, builtin: dict[str, Any] | None = None) -> Any:
+    """The configuration, with its store settled: the one bot.yaml names (else `builtin`),
+    memory with `--ephemeral`, else the SQLite file that belongs to this configuration file."""
     from botweave.runtime.config import BUILTIN_CONFIG, default_store_url, find_config, load_config
 
     found = find_config(path)
     if found is None:
-        log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
-        config = load_config(BUILTIN_CONFIG)
+        log.info("no bot.yaml found; using the built-in offline/echo configuration")
+        config = load_config(BUILTIN_CONFIG if builtin is None else builtin)
     else:
         config = load_config(found)
     if ephemeral:
@@ -161,7 +170,9 @@ def _load(path: str | None, *, ephemeral: bool = False) -> Any:
     return config
 
 
-async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False) -> int:
+async def _serve(
+    config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False, signin: bool = False
+) -> int:
     from botweave.runtime.app import App
     from botweave.store import is_shared
 
@@ -171,6 +182,10 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *
     app = App(config, role=role)
     if banner:
         print(chat_banner(app), flush=True)
+    if signin:
+        from botweave.runtime.web import attach_signin
+
+        attach_signin(app)
     return await app.serve(platforms)
 
 
@@ -447,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_schedule(args))
         if args.command == "gateway":
             return asyncio.run(_gateway(args))
+        if args.command == "web":
+            from botweave.runtime.web import BUILTIN_WEB_CONFIG, choose_listen
+
+            config = _load(args.config, ephemeral=args.ephemeral, builtin=BUILTIN_WEB_CONFIG)
+            choose_listen(config, args.gateway_listen)
+            _exit_now(oldest_first.run(_serve(config, None, signin=True)))
         config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             config.gateway.listen = None  # the terminal's own chat: no control plane beside it
