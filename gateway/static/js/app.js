@@ -18,6 +18,13 @@ const VIEWS = [
   { id: "pairing", label: "Pairing" },
   { id: "status", label: "Status" },
 ];
+const STOP_REASONS = {
+  stopped: "Stopped.",
+  interrupted: "Interrupted.",
+  edited: "The message was edited: answering again.",
+  deleted: "Cancelled: the message was deleted.",
+  collected: "Answered together with a later message.",
+};
 const STATUS_TEXT = { connecting: "Connecting…", open: "Connected", reconnecting: "Reconnecting…", refused: "Signed out", closed: "Offline" };
 
 function newKey() {
@@ -498,8 +505,8 @@ class Page {
   }
 
   signature(item, approvals) {
-    if (item.kind === "message") return `${item.message._rev}:${this.editing === item.message.id}`;
-    if (item.kind === "run") return `${item.run.rev}:${item.showText}:${this.cardsFor(item.run, approvals).map((a) => a.id).join(",")}`;
+    if (item.kind === "message") return `${item.message._rev}:${this.editing === item.message.id}:${item.live?.length ?? -1}`;
+    if (item.kind === "run") return `${item.run.rev}:${item.showText}:${item.replied}:${this.cardsFor(item.run, approvals).map((a) => a.id).join(",")}`;
     return `${item.echo.state}:${item.echo.error ?? ""}`;
   }
 
@@ -568,7 +575,7 @@ class Page {
   }
 
   timelineItem(item, session, approvals) {
-    if (item.kind === "message") return this.messageEl(item.message, session);
+    if (item.kind === "message") return this.messageEl(item.live === undefined ? item.message : { ...item.message, text: item.live, _live: true }, session);
     if (item.kind === "run") return this.runEl(item, approvals);
     if (item.kind === "approval") return this.approvalCard(item.approval);
     return this.echoEl(item.echo, session);
@@ -576,7 +583,7 @@ class Page {
 
   messageEl(message, session) {
     const kind = message.author?.kind ?? "bot";
-    const el = h("article", { class: `msg msg-${kind}`, dataset: { id: message.id, kind } });
+    const el = h("article", { class: `msg msg-${kind}${message._live ? " live" : ""}`, dataset: { id: message.id, kind } });
     const name = message.agent?.name ?? message.author?.name ?? kind;
     const author = kind === "agent" ? this.agentChip(name, message.agent?.icon_emoji) : h("span", { class: "author" }, name);
     el.append(h("div", { class: "meta" }, author, h("time", { class: "muted" }, when(message.at)), message.edited ? h("span", { class: "muted" }, "edited") : null));
@@ -633,7 +640,7 @@ class Page {
       }
       const label = `${f.filename ?? "file"}${f.size ? ` (${humanSize(f.size)})` : ""}`;
       if (!f.file_id) return h("span", { class: "chip" }, label);
-      return h("button", { class: "chip", onclick: () => this.download(f) }, `⬇ ${label}`);
+      return h("button", { class: "chip", onclick: () => this.download(f) }, `Download ${label}`);
     }));
   }
 
@@ -654,7 +661,7 @@ class Page {
     const el = h("div", { class: `run run-${run.status}`, dataset: { run: run.run_id, status: run.status } });
     for (const tool of run.tools.values()) {
       el.append(h("details", { class: `tool tool-${tool.status}`, dataset: { tool: tool.name, status: tool.status } },
-        h("summary", {}, h("span", { class: "tool-name" }, `🔧 ${tool.name}`), h("span", { class: `state state-${tool.status}` }, tool.status.replace("_", " "))),
+        h("summary", {}, h("span", { class: "tool-label muted" }, "tool"), h("span", { class: "tool-name" }, tool.name), h("span", { class: `state state-${tool.status}` }, tool.status.replace("_", " "))),
         h("pre", { class: "args" }, JSON.stringify(tool.arguments ?? {}, null, 2))));
     }
     for (const approval of this.cardsFor(run, approvals)) el.append(this.approvalCard(approval));
@@ -666,7 +673,7 @@ class Page {
       el.append(bubble);
     }
     if (run.status === "running" && !item.showText && run.tools.size === 0) el.append(h("p", { class: "muted typing" }, "Thinking…"));
-    if (run.status === "stopped") el.append(h("p", { class: "muted run-note" }, `Stopped (${run.reason}).`));
+    if (run.status === "stopped" && !item.replied) el.append(h("p", { class: "muted run-note" }, STOP_REASONS[run.reason] ?? "Stopped."));
     if (run.status === "error") el.append(h("p", { class: "run-note error-text" }, `The answer failed: ${run.error}`));
     return el;
   }
@@ -687,7 +694,7 @@ class Page {
 
   approvalCard(approval) {
     const card = h("section", { class: "approval card", dataset: { approval: approval.id }, "aria-label": `Approval for ${approval.tool}` });
-    card.append(h("div", { class: "approval-head" }, h("strong", {}, `🔐 ${approval.tool}`), approval.agent ? h("span", { class: "muted" }, ` asked by ${approval.agent}`) : null));
+    card.append(h("div", { class: "approval-head" }, h("span", { class: "tool-label muted" }, "approval needed"), h("strong", { class: "tool-name" }, approval.tool), approval.agent ? h("span", { class: "muted" }, ` asked by ${approval.agent}`) : null));
     card.append(h("pre", { class: "args" }, JSON.stringify(approval.arguments ?? {}, null, 2)));
     const facts = [];
     if (approval.approver?.name) facts.push(`approver: ${approval.approver.name}`);
@@ -723,7 +730,7 @@ class Page {
     });
     area.addEventListener("input", grow);
     const picker = h("input", { id: "picker", type: "file", multiple: true, hidden: true, onchange: (e) => { for (const f of e.target.files) this.upload(f); e.target.value = ""; } });
-    const attach = h("button", { type: "button", class: "icon", "aria-label": "Attach files", title: "Attach files", onclick: () => picker.click() }, "📎");
+    const attach = h("button", { type: "button", class: "icon attach", "aria-label": "Attach files", title: "Attach files", onclick: () => picker.click() }, h("span", { class: "glyph", "aria-hidden": "true" }));
     const stop = h("button", { id: "stop", type: "button", class: "danger", hidden: true, onclick: () => this.call("chat.stop", { session: session.id }).catch((e) => this.complain(e)) }, "Stop");
     const sendButton = h("button", { id: "send", type: "submit", class: "primary" }, "Send");
     const form = h("form", { class: "composer", onsubmit: (e) => { e.preventDefault(); submit(); } },

@@ -330,8 +330,12 @@ export function timeline(state, convKey) {
   for (const run of conv.runs.values()) newestRun.set(String(run.message_id), run);
   const items = [];
   const placed = new Set();
+  const streaming = streamedReplies(conv, newestRun);
   for (const id of conv.order) {
-    items.push({ kind: "message", key: `m:${id}`, message: conv.messages.get(id) });
+    const item = { kind: "message", key: `m:${id}`, message: conv.messages.get(id) };
+    const live = streaming.get(id);
+    if (live !== undefined) item.live = live;
+    items.push(item);
     const run = newestRun.get(id);
     if (run) {
       placed.add(run.run_id);
@@ -345,9 +349,29 @@ export function timeline(state, convKey) {
   return items;
 }
 
+/**
+ * The reply messages of running answers, each with the words streamed so far where they are
+ * ahead of the message (a platform shows a growing reply by editing it now and then; the
+ * deltas come at the model's pace): message id -> text.
+ */
+function streamedReplies(conv, newestRun) {
+  const live = new Map();
+  for (const id of conv.order) {
+    const m = conv.messages.get(id);
+    if (m.author?.kind === "user" || m.reply_to == null) continue;
+    const run = newestRun.get(String(m.reply_to));
+    if (!run || run.status !== "running" || (m._seq ?? 0) <= (run.startSeq ?? 0) || live.has(run.run_id)) continue;
+    live.set(run.run_id, true);
+    if (run.text.length > String(m.text ?? "").length) live.set(id, run.text);
+  }
+  for (const key of [...live.keys()]) if (live.get(key) === true) live.delete(key);
+  return live;
+}
+
 function runItem(conv, run) {
   // Streamed words stand in for the reply until the reply itself is in the conversation.
-  return { kind: "run", key: `r:${run.run_id}`, run, showText: run.text !== "" && !replied(conv, run) };
+  const hasReply = replied(conv, run);
+  return { kind: "run", key: `r:${run.run_id}`, run, replied: hasReply, showText: run.text !== "" && !hasReply };
 }
 
 /** Whether an answer is being written in the conversation (the Stop button shows). */

@@ -234,3 +234,19 @@ test("presence replaces the list of connections", () => {
   assert.deepEqual(state.presence, [{ conn_id: "c1" }]);
   assert.equal(applyEvent(state, { type: "event", event: "something.new", data: {} }), "ignored");
 });
+
+test("a reply posted early and edited now and then shows the streamed words ahead of it", () => {
+  const state = initialState();
+  applySubscribed(state, C, { seq: 0 });
+  applyEvent(state, ev(1, "message", msg("w-1", "q")));
+  applyEvent(state, ev(2, "delta", { run_id: "r1", message_id: "w-1", text: "one " }));
+  applyEvent(state, ev(3, "message", msg("b-1", "one ", "bot", { reply_to: "w-1" })));
+  applyEvent(state, ev(4, "delta", { run_id: "r1", message_id: "w-1", text: "two " }));
+  applyEvent(state, ev(5, "delta", { run_id: "r1", message_id: "w-1", text: "three" }));
+  const reply = () => timeline(state, C).find((i) => i.key === "m:b-1");
+  assert.equal(reply().live, "one two three");
+  applyEvent(state, ev(6, "final", { run_id: "r1", message_id: "w-1", text: "one two three", reply_ids: ["b-1"] }));
+  applyEvent(state, ev(7, "message", msg("b-1", "one two three", "bot", { reply_to: "w-1" })));
+  assert.equal(reply().live, undefined);
+  assert.deepEqual(texts(state), ["q", "run::final", "one two three"]);
+});
