@@ -30,7 +30,7 @@ export class GatewayClient {
    * url: the WebSocket address; token: the tab's token; resume(): {conversation: last_seq};
    * onConnected(result), onEvent(frame), onStatus(status, detail): what the page does.
    */
-  constructor({ url, token, resume, onConnected, onEvent, onStatus, WebSocketImpl = globalThis.WebSocket, random = Math.random, setTimer = setTimeout }) {
+  constructor({ url, token, resume, onConnected, onEvent, onStatus, WebSocketImpl = globalThis.WebSocket, random = Math.random, setTimer = (fn, ms) => setTimeout(fn, ms) }) {
     this.url = url;
     this.token = token;
     this.resume = resume ?? (() => ({}));
