@@ -196,6 +196,13 @@ class Page {
     this.follow(key);
   }
 
+  /** What a conversation is called: a session's title, the chat's name, else its key. */
+  titleOf(key) {
+    const session = this.sessionOf(key);
+    if (session) return session.title || "New chat";
+    return this.state.listing.find((c) => c.conversation === key)?.title || key;
+  }
+
   sessionOf(key) {
     for (const session of this.state.sessions.values()) if (session.conversation === key) return session;
     return null;
@@ -451,7 +458,7 @@ class Page {
     const refresh = h("button", { class: "quiet", onclick: () => this.loadListing() }, "Refresh");
     const items = this.state.listing.map((c) => h("li", {},
       h("button", { class: "item", dataset: { conversation: c.conversation }, "aria-current": this.open === c.conversation ? "true" : null, onclick: () => this.openConversation(c.conversation) },
-        h("span", { class: "item-title" }, h("span", { class: "platform" }, c.platform), " ", c.title || c.conversation),
+        h("span", { class: "item-title" }, h("span", { class: "platform" }, c.platform), " ", this.titleOf(c.conversation)),
         h("span", { class: "item-sub muted" }, [c.last_text, when(c.last_at)].filter(Boolean).join(" · ")))));
     return h("section", { class: "panel" }, h("div", { class: "panel-head" }, h("h2", {}, "Conversations"), refresh),
       items.length ? h("ul", { class: "list", "aria-label": "Conversations" }, items) : h("p", { class: "muted empty" }, "Nothing to watch yet."));
@@ -518,9 +525,8 @@ class Page {
 
   conversationHead(head, key, session) {
     if (head.dataset.editing === "true") return;
-    const listed = this.state.listing.find((c) => c.conversation === key);
     const room = this.rooms.find((r) => (r.conversations ?? []).includes(key));
-    const title = session ? session.title || "New chat" : listed?.title || key;
+    const title = this.titleOf(key);
     const actions = [];
     if (session) {
       actions.push(h("button", { class: "quiet", onclick: () => this.startRename(head, session) }, "Rename"));
@@ -529,7 +535,7 @@ class Page {
     fill(head,
       h("div", { class: "conv-title" },
         h("h2", { id: "conv-title" }, title),
-        h("span", { class: "muted conv-sub" }, session ? session.agent ?? "" : key),
+        h("span", { class: "muted conv-sub" }, session ? session.agent ?? "" : [room ? `room ${room.name}` : null, title !== key ? key : null].filter(Boolean).join(" · ")),
         room ? h("span", { class: "members" }, room.members.map((m) => this.agentChip(m.name, m.icon_emoji))) : null),
       h("div", { class: "conv-actions" }, actions));
   }
@@ -585,8 +591,12 @@ class Page {
     const kind = message.author?.kind ?? "bot";
     const el = h("article", { class: `msg msg-${kind}${message._live ? " live" : ""}`, dataset: { id: message.id, kind } });
     const name = message.agent?.name ?? message.author?.name ?? kind;
+    if (kind === "agent") el.style.setProperty("--hue", String(agentHue(name)));
     const author = kind === "agent" ? this.agentChip(name, message.agent?.icon_emoji) : h("span", { class: "author" }, name);
-    el.append(h("div", { class: "meta" }, author, h("time", { class: "muted" }, when(message.at)), message.edited ? h("span", { class: "muted" }, "edited") : null));
+    const editable = kind === "user" && session && this.can("chat.edit") && !message.deleted && this.editing !== message.id;
+    el.append(h("div", { class: "meta" }, author, h("time", { class: "muted" }, when(message.at)),
+      message.edited ? h("span", { class: "muted" }, "edited") : null,
+      editable ? h("button", { class: "link edit", "aria-label": "Edit this message", onclick: () => { this.editing = message.id; this.renderMain(); } }, "Edit") : null));
     if (message.deleted) {
       el.append(h("p", { class: "muted deleted" }, "message deleted"));
       return el;
@@ -601,9 +611,6 @@ class Page {
     if (message.attachments?.length) el.append(this.filesEl(message.attachments));
     if (message.buttons?.length) el.append(h("div", { class: "msg-buttons" }, message.buttons.map((b) => h("span", { class: "chip" }, b.label))));
     if (message.reactions?.length) el.append(h("div", { class: "reactions" }, message.reactions.join(" ")));
-    if (kind === "user" && session && this.can("chat.edit")) {
-      el.append(h("div", { class: "msg-actions" }, h("button", { class: "quiet small", "aria-label": "Edit this message", onclick: () => { this.editing = message.id; this.renderMain(); } }, "Edit")));
-    }
     return el;
   }
 
