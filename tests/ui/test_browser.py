@@ -11,8 +11,8 @@ import base64
 import re
 
 import pytest
-
 from botweave.gateway import Client
+
 from tests.emulators.telegram import png_bytes
 from tests.ui.conftest import GATEWAY_TOKEN, GROUP_ID, OWNER_ID, SLOW_WORDS, XSS, Stack
 from tests.ui.harness import screenshot_path, wait_for
