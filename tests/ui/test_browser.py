@@ -17,7 +17,8 @@ from tests.emulators.telegram import png_bytes
 from tests.ui.conftest import GATEWAY_TOKEN, GROUP_ID, OWNER_ID, SLOW_WORDS, XSS, Stack
 from tests.ui.harness import screenshot_path, wait_for
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# One bot and one browser for the module: under xdist its tests stay on one worker.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.xdist_group("ui-browser")]
 
 NO_HORIZONTAL_SCROLL = "document.scrollingElement.scrollWidth <= document.scrollingElement.clientWidth"
 
@@ -312,4 +313,40 @@ async def test_the_page_is_under_a_strict_content_security_policy(stack: Stack) 
     assert injected is False
     assert any("Content Security Policy" in e for e in page.errors)
     page.errors.clear()  # that refusal was the point
+    await stack.done(page)
+
+
+async def test_token_sign_in_status_view_and_the_keyboard(stack: Stack) -> None:
+    context = await stack.browser.new_context(viewport={"width": 1000, "height": 760})
+    page = await context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    await page.goto(stack.relay.base_url + "/")
+    await page.fill("#token", "not-a-token-at-all-0000")
+    await page.press("#token", "Enter")
+    await page.wait_for_selector(".signin .notice:has-text('refused')", timeout=20_000)
+    assert await page.evaluate("sessionStorage.getItem('botweave.token')") is None
+    await page.fill("#token", GATEWAY_TOKEN)
+    await page.press("#token", "Enter")
+    await page.wait_for_selector("#conn[data-state=open]")
+    assert await page.inner_text("#who") == "tester"
+    await page.click("[data-view=status]")
+    await page.wait_for_selector("#health.health-ok")
+    assert "tester" in await page.inner_text(".presence")
+    # Enter sends, Shift+Enter breaks the line.
+    await page.click("[data-view=chats]")
+    await stack.new_chat(page)
+    await page.click("#composer")
+    await page.keyboard.type("line one")
+    await page.keyboard.press("Shift+Enter")
+    await page.keyboard.type("line two")
+    assert await page.input_value("#composer") == "line one\nline two"
+    assert await page.locator(".timeline article.msg").count() == 0
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("article.msg[data-kind=user]:has-text('line two')")
+    assert await page.input_value("#composer") == ""
+    # Keyboard focus is visible.
+    await page.keyboard.press("Shift+Tab")
+    outline = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline not in ("none", ""), outline
     await stack.done(page)
