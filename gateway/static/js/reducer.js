@@ -42,7 +42,6 @@ export function conversation(state, key) {
       pending: new Map(), // idempotency_key -> the echo of a message being sent
       filling: false, // a gap was seen and everything after `seq` has been asked for
       following: false, // subscribed (and resumed after a reconnect)
-      rev: 0, // grows with every change, so a view redraws only what changed
     };
     state.conversations.set(key, conv);
   }
@@ -90,7 +89,6 @@ export function applyHistory(state, key, history) {
   for (const [idem, echo] of conv.pending) {
     if (echo.message_id && conv.messages.has(echo.message_id)) conv.pending.delete(idem);
   }
-  conv.rev += 1;
   return conv;
 }
 
@@ -140,7 +138,6 @@ export function applyEvent(state, frame) {
     }
     conv.seq = frame.seq;
     conv.filling = false;
-    conv.rev += 1;
     return applyConversationEvent(state, conv, event, data, frame.seq);
   }
   return applyNotice(state, event, data);
@@ -229,7 +226,7 @@ function ensureRun(conv, data, seq) {
       tools: new Map(),
       reply_ids: [],
       startSeq: seq,
-      rev: 0,
+      rev: 0, // grows with every change, so a view redraws the run only then
     };
     conv.runs.set(data.run_id, run);
   }
@@ -254,7 +251,6 @@ function putMessage(conv, message, seq) {
 export function addEcho(state, convKey, echo) {
   const conv = conversation(state, convKey);
   conv.pending.set(echo.key, { state: "sending", message_id: null, attachments: [], at: Date.now() / 1000, ...echo });
-  conv.rev += 1;
   return conv.pending.get(echo.key);
 }
 
@@ -269,7 +265,6 @@ export function echoSent(state, convKey, key, result) {
     echo.message_id = String(result.message_id);
     echo.state = "sent";
   }
-  conv.rev += 1;
 }
 
 /** chat.send failed: the echo says so (and can be sent again), or waits for the connection. */
@@ -279,7 +274,6 @@ export function echoFailed(state, convKey, key, error) {
   if (echo === undefined) return;
   echo.state = error?.retryable ? "queued" : "failed";
   echo.error = error?.message ?? String(error);
-  conv.rev += 1;
 }
 
 /** Echoes whose send has not been answered yet: sent again, under the same key, on reconnect. */
