@@ -41,8 +41,7 @@ async def test_sign_in_from_the_printed_link_once(stack: Stack) -> None:
     context = await stack.browser.new_context()
     other = await context.new_page()
     await other.goto(used.replace(used.split("/#")[0], stack.relay.base_url))
-    await other.wait_for_selector(".signin .notice")
-    assert "used already" in await other.inner_text(".signin .notice")
+    await other.wait_for_selector(".signin .notice:has-text('used already')")
     assert await other.evaluate("sessionStorage.getItem('botweave.token')") is None
     await context.close()
     # Sign-out forgets the token and ends it at the gateway.
@@ -349,4 +348,20 @@ async def test_token_sign_in_status_view_and_the_keyboard(stack: Stack) -> None:
     await page.keyboard.press("Shift+Tab")
     outline = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline not in ("none", ""), outline
+    await stack.done(page)
+
+
+async def test_a_message_sent_while_cut_off_is_sent_on_reconnect_once(stack: Stack) -> None:
+    page = await stack.page()
+    await stack.new_chat(page)
+    stack.relay.hold()
+    await page.wait_for_selector("#conn:not([data-state=open])", timeout=10_000)
+    await stack.say(page, "sent while away")
+    echo = page.locator("article.msg.echo")
+    await echo.wait_for()
+    assert await echo.get_attribute("data-state") == "queued"
+    stack.relay.release()
+    await page.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: sent while away')", timeout=60_000)
+    assert await page.locator("article.msg.echo").count() == 0
+    assert await page.locator("article.msg[data-kind=user]:has-text('sent while away')").count() == 1
     await stack.done(page)
