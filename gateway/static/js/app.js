@@ -583,7 +583,7 @@ class Page {
   timelineItem(item, session, approvals) {
     if (item.kind === "message") return this.messageEl(item.live === undefined ? item.message : { ...item.message, text: item.live, _live: true }, session);
     if (item.kind === "run") return this.runEl(item, approvals);
-    if (item.kind === "approval") return this.approvalCard(item.approval);
+    if (item.kind === "approval") return this.approvalCard(item.approval, true);
     return this.echoEl(item.echo, session);
   }
 
@@ -671,7 +671,7 @@ class Page {
         h("summary", {}, h("span", { class: "tool-label muted" }, "tool"), h("span", { class: "tool-name" }, tool.name), h("span", { class: `state state-${tool.status}` }, tool.status.replace("_", " "))),
         h("pre", { class: "args" }, JSON.stringify(tool.arguments ?? {}, null, 2))));
     }
-    for (const approval of this.cardsFor(run, approvals)) el.append(this.approvalCard(approval));
+    for (const approval of this.cardsFor(run, approvals)) el.append(this.approvalCard(approval, true));
     if (item.showText) {
       const bubble = h("article", { class: "msg msg-bot live", dataset: { kind: "live" } });
       const body = h("div", { class: "body" });
@@ -699,15 +699,20 @@ class Page {
     return el;
   }
 
-  approvalCard(approval) {
+  /** An approval's card; `inline` when shown inside its own conversation. */
+  approvalCard(approval, inline = false) {
     const card = h("section", { class: "approval card", dataset: { approval: approval.id }, "aria-label": `Approval for ${approval.tool}` });
     card.append(h("div", { class: "approval-head" }, h("span", { class: "tool-label muted" }, "approval needed"), h("strong", { class: "tool-name" }, approval.tool), approval.agent ? h("span", { class: "muted" }, ` asked by ${approval.agent}`) : null));
     card.append(h("pre", { class: "args" }, JSON.stringify(approval.arguments ?? {}, null, 2)));
     const facts = [];
     if (approval.approver?.name) facts.push(`approver: ${approval.approver.name}`);
     if (approval.deadline) facts.push(`until ${when(approval.deadline)}`);
-    if (approval.conversation) facts.push(approval.conversation);
     card.append(h("p", { class: "muted small-text" }, facts.join(" · ")));
+    if (approval.conversation && !inline) {
+      card.append(h("p", { class: "small-text" }, "in ",
+        h("button", { class: "link", onclick: () => { this.view = this.sessionOf(approval.conversation) ? "chats" : "watch"; this.openConversation(approval.conversation); } },
+          this.titleOf(approval.conversation))));
+    }
     if (approval.outcome) {
       card.append(h("p", { class: "outcome" }, `${approval.outcome}${approval.by ? ` by ${approval.by.name ?? approval.by}` : ""}`));
       return card;
