@@ -11,7 +11,7 @@ import base64
 import re
 
 import pytest
-from botweave.gateway import Client
+from botweave.gateway import Client, GatewayError
 
 from tests.emulators.telegram import png_bytes
 from tests.ui.conftest import GATEWAY_TOKEN, GROUP_ID, OWNER_ID, SLOW_WORDS, XSS, Stack
@@ -59,8 +59,6 @@ async def test_tab_token_refused_after_sign_out(stack: Stack) -> None:
     token = await page.evaluate("sessionStorage.getItem('botweave.token')")
     await page.click("#signout")
     await page.wait_for_selector(".signin")
-    from botweave.gateway import GatewayError
-
     with pytest.raises(GatewayError) as refused:
         async with Client(stack.ws_url, token) as client:
             await client.call("sessions.list")
