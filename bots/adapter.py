@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from botweave.config import PlatformConfig
+from botweave.events import ConversationEvents
 from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
 from botweave.tasks import register_secret
@@ -256,6 +257,9 @@ class Adapter(ABC):
     #: stream (another worker would print the answer on its own terminal) nor held by a
     #: leader lock (another process's console would keep this one from reading at all).
     local: ClassVar[bool] = False
+    #: A platform that shows its messages through conversation events itself (the web: its
+    #: people read the events): delivery then does not publish what it posts there again.
+    events_native: ClassVar[bool] = False
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
@@ -267,6 +271,9 @@ class Adapter(ABC):
         self.failure: str | None = None
         self._sink: InboundSink | None = None
         self._presses: PressHandler | None = None
+        #: The conversation events of the runtime this adapter is bound to, when the gateway is
+        #: configured (an `events_native` platform shows its messages through them).
+        self.events: ConversationEvents | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -314,9 +321,13 @@ class Adapter(ABC):
 
     # --- inbound -----------------------------------------------------------------------------
 
-    def bind(self, sink: InboundSink, presses: PressHandler | None = None) -> None:
+    def bind(
+        self, sink: InboundSink, presses: PressHandler | None = None, *, events: ConversationEvents | None = None
+    ) -> None:
         self._sink = sink
         self._presses = presses
+        if events is not None:  # bound again by someone who taps the sink: the events stay
+            self.events = events
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer

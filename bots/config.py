@@ -48,6 +48,15 @@ class ConfigError(ValueError):
         super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9464` for IPv6) as (host, port); port 0 lets the system choose."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 in a container)")
+    return host, int(port)
+
+
 class Section(BaseModel):
     """A bot.yaml section: unknown keys are errors, so a typo is caught, not ignored."""
 

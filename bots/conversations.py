@@ -12,11 +12,15 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from botweave.types import BotMessage
+from botweave.types import META_CONVERSATION, BotMessage
 
 
 def conversation_key(msg: BotMessage) -> str:
-    """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person."""
+    """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person.
+    A platform whose chats are conversations of their own (web sessions) names the key itself."""
+    named = msg.metadata.get(META_CONVERSATION)
+    if named:
+        return str(named)
     if msg.channel.channel_type == "dm":
         return f"{msg.platform}:dm:{msg.sender.user_id}"
     base = f"{msg.platform}:{msg.channel.channel_id}"

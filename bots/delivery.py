@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from botweave.adapter import Adapter
 from botweave.config import BotConfig
+from botweave.conversations import conversation_key
+from botweave.events import ConversationEvents, RunEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
@@ -64,17 +66,23 @@ class Delivered:
 @dataclass(frozen=True, slots=True)
 class Destination:
     """Where a post goes: a chat (and thread) on one platform; the first chunk may quote
-    the message it answers."""
+    the message it answers. `conversation` names the conversation the post belongs to where
+    that is not simply the chat (a direct conversation is keyed by its person)."""
 
     adapter: Adapter
     chat_id: str
     thread_id: str | None = None
     reply_to: str | None = None
+    conversation: str | None = None
 
     @property
     def target(self) -> str:
         base = f"{self.adapter.platform}:{self.chat_id}"
         return f"{base}:{self.thread_id}" if self.thread_id else base
+
+    @property
+    def conversation_key(self) -> str:
+        return self.conversation or self.target
 
 
 #: Who wrote an intent: an unconfirmed one names the process that stopped mid-send.
@@ -169,11 +177,21 @@ class SentLedger:
 
 
 class Delivery:
-    def __init__(self, hooks: HookRegistry, outbox: Outbox | None = None, ledger: SentLedger | None = None) -> None:
+    def __init__(
+        self,
+        hooks: HookRegistry,
+        outbox: Outbox | None = None,
+        ledger: SentLedger | None = None,
+        events: ConversationEvents | None = None,
+    ) -> None:
         self.hooks = hooks
         self.outbox = outbox
         #: Set by the runtime when some agent may edit or delete what the bot posted.
         self.ledger = ledger
+        #: Set by the runtime when the gateway is configured: what the bot posts is published
+        #: in its conversation (platforms that show their messages through the events
+        #: themselves, the web, publish their own).
+        self.events = events
 
     async def post(
         self,
@@ -236,7 +254,7 @@ class Delivery:
                 log.warning("%s: sending a chunk to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
                 if identity is not None:
                     break  # an agent's turn cut short reads worse than one that failed whole
-        await self.after_send(to, delivered, origin)
+        await self.after_send(to, delivered, origin, identity=identity, buttons=buttons)
         return delivered
 
     async def post_direct(
@@ -245,7 +263,7 @@ class Delivery:
         """A direct message to a person (pairing, notifications, approval requests), through
         the same hooks; `buttons` go under the last chunk. `Delivered.chat_id` is the direct
         chat it went to."""
-        to = Destination(adapter, user_id)
+        to = Destination(adapter, user_id, conversation=f"{adapter.platform}:dm:{user_id}")
         delivered = Delivered()
         final = await self.before_send(to, text, None)
         if final is None:
@@ -263,7 +281,7 @@ class Delivery:
                 delivered.message_ids.append(result.message_id)
             elif not result.ok:
                 delivered.failures.append(result)
-        await self.after_send(to, delivered, None)
+        await self.after_send(to, delivered, None, buttons=buttons)
         return delivered
 
     async def post_file(
@@ -398,14 +416,52 @@ class Delivery:
         return None if event.denied or event.text is None else event.text
 
     async def after_send(
-        self, to: Destination, delivered: Delivered, origin: BotMessage | None, *, file: OutboundFile | None = None
+        self,
+        to: Destination,
+        delivered: Delivered,
+        origin: BotMessage | None,
+        *,
+        file: OutboundFile | None = None,
+        identity: AgentIdentity | None = None,
+        buttons: Sequence[Button] = (),
     ) -> None:
         await to.adapter.end_reply(to.chat_id, delivered.message_ids)
         if self.ledger is not None and delivered.message_ids:
             await self.ledger.record(to.adapter.platform, to.chat_id, delivered.message_ids)
+        if self.events is not None and delivered.message_ids and not to.adapter.events_native:
+            await self._publish(to, delivered, file, identity, buttons)
         if self.hooks.has("message_sent"):
             payload = _payload(to, delivered.text, file) | {"message_ids": list(delivered.message_ids)}
             await self.hooks.run(HookEvent("message_sent", payload, message=origin, text=delivered.text))
+
+    async def _publish(
+        self,
+        to: Destination,
+        delivered: Delivered,
+        file: OutboundFile | None,
+        identity: AgentIdentity | None,
+        buttons: Sequence[Button],
+    ) -> None:
+        """What the bot posted on a platform, as the message watchers of its conversation see
+        (once: a post delivered again after a restart is the same message)."""
+        assert self.events is not None
+        adapter = to.adapter
+        ids = list(delivered.message_ids)
+        me = adapter.self_user
+        record = bot_message(ids[0], delivered.text, me.user_id if me else "", me.name if me else adapter.platform, identity)
+        record |= {"ids": ids, "reply_to": to.reply_to, "buttons": [b.to_dict() for b in buttons]}
+        if file is not None:
+            record["attachments"] = [{"file_id": None, "filename": file.filename, "mime": file.mime, "size": file.size}]
+        unique = f"evonce:out:{adapter.platform}:{to.chat_id}:{ids[0]}"
+        await self.events.post(to.conversation_key, record, unique=unique)
+
+    async def _publish_change(self, to: Destination, message_id: str, change: dict[str, object]) -> None:
+        """A change to one of the bot's messages on a platform (an edit, a deletion)."""
+        if self.events is None or to.adapter.events_native:
+            return
+        conversation = to.conversation_key
+        record = await self.events.message(conversation, message_id) or {"id": message_id}
+        await self.events.update(conversation, record | change)
 
 
     # --- what agents do to messages: edits, deletions, reactions, threads ----------------------
@@ -429,10 +485,19 @@ class Delivery:
         if caps.max_message_length is not None and measure(final, caps.length_unit) > caps.max_message_length:
             detail = f"the new text is longer than one {to.adapter.platform} message ({caps.max_message_length})"
             return MessageActionResult("failed", to.target, detail)
-        return await to.adapter.edit(to.chat_id, message_id, final, thread_id=to.thread_id, buttons=buttons)
+        result = await to.adapter.edit(to.chat_id, message_id, final, thread_id=to.thread_id, buttons=buttons)
+        if result.ok:
+            change: dict[str, object] = {"text": final, "edited": True}
+            if buttons is not None:
+                change["buttons"] = [b.to_dict() for b in buttons]
+            await self._publish_change(to, message_id, change)
+        return result
 
     async def delete(self, to: Destination, message_id: str) -> MessageActionResult:
-        return await to.adapter.delete(to.chat_id, message_id)
+        result = await to.adapter.delete(to.chat_id, message_id)
+        if result.ok:
+            await self._publish_change(to, message_id, {"deleted": True, "text": ""})
+        return result
 
     async def react(self, to: Destination, message_id: str, emoji: str) -> MessageActionResult:
         return await to.adapter.react(to.chat_id, message_id, emoji)
@@ -448,6 +513,27 @@ class Delivery:
         if result.ok and result.message_id is not None and self.ledger is not None:
             await self.ledger.record(to.adapter.platform, to.chat_id, [result.message_id])
         return result
+
+
+def bot_message(
+    message_id: str, text: str, bot_id: str, bot_name: str, identity: AgentIdentity | None = None
+) -> dict[str, object]:
+    """A message the bot posted, as conversation events show it: the bot's own, or an agent's
+    (a room turn) with the agent's identity."""
+    record: dict[str, object] = {
+        "id": message_id,
+        "author": {"kind": "agent" if identity else "bot", "id": bot_id, "name": identity.name if identity else bot_name},
+        "text": text,
+        "at": time.time(),
+        "attachments": [],
+        "buttons": [],
+        "reactions": [],
+        "edited": False,
+        "deleted": False,
+    }
+    if identity is not None:
+        record["agent"] = {"name": identity.name, "avatar_url": identity.avatar_url, "icon_emoji": identity.icon_emoji}
+    return record
 
 
 def _payload(to: Destination, text: str, file: OutboundFile | None = None) -> dict[str, object]:
@@ -483,6 +569,9 @@ class ReplyChannel:
     #: While streaming: the text so far and the messages showing it, for whoever cut it off.
     partial: str = ""
     streamed: list[str] = field(default_factory=list)
+    #: Where the answer's progress is published when the gateway is configured (its words as
+    #: they stream, its tool calls, how it ended).
+    run: RunEvents | None = None
 
     @property
     def chat_id(self) -> str:
@@ -490,7 +579,9 @@ class ReplyChannel:
 
     @property
     def destination(self) -> Destination:
-        return Destination(self.adapter, self.chat_id, self.origin.thread_id, self.origin.message_id)
+        origin = self.origin
+        conversation = conversation_key(origin) if self.delivery.events is not None else None
+        return Destination(self.adapter, self.chat_id, origin.thread_id, origin.message_id, conversation)
 
     def key(self, purpose: str) -> str:
         """The outbox key of one post answering this message: the same in every attempt."""
@@ -612,13 +703,19 @@ class ReplyChannel:
         stream = self.stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
+        unshown = ""  # words not yet published: the reply might still be the silence token
+        run = self.run
         self.partial = ""
         try:
             async for delta in deltas:
                 text += delta
                 self.partial = text
                 if self.config.allow_silence and token.startswith(text.strip()):
+                    unshown += delta
                     continue  # might still become the silence token: show nothing yet
+                if run is not None:
+                    await run.delta(unshown + delta)
+                    unshown = ""
                 await stream.update(text)
         except BaseException:
             if stream.message_ids and self.cut_mark is not None:  # never leave a half-written message looking final

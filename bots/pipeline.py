@@ -19,6 +19,7 @@ from botweave.agents import UserTurn
 from botweave.config import BotConfig
 from botweave.conversations import conversation_key
 from botweave.delivery import Delivered, ReplyChannel
+from botweave.events import RunEvents
 from botweave.router import Target
 from botweave.types import BotMessage
 
@@ -87,6 +88,9 @@ class Inbound:
     #: Set by turn control when an edited message is answered again: the history item of the
     #: earlier answer, which the new exchange replaces.
     replaces: str | None = None
+    #: The events of the answer being made, when the gateway is configured (made by the first
+    #: step that needs them; a re-run after an edit gets new ones).
+    run: RunEvents | None = None
 
     @property
     def conversation(self) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from botweave.config import RouteConfig
-from botweave.types import BotMessage
+from botweave.types import META_AGENT, BotMessage
 
 _PRECEDENCE = ("thread_id", "chat_id", "user_id", "chat_type", "platform")
 
@@ -49,6 +49,9 @@ class Router:
         self._default = Target("agent", default_agent) if default_agent and not routes else None
 
     def resolve(self, msg: BotMessage) -> Target | None:
+        chosen = msg.metadata.get(META_AGENT)
+        if chosen:  # the person picked the agent (a web session's): nothing else decides
+            return Target("agent", str(chosen))
         facts = _facts(msg)
         best: tuple[tuple[bool, ...], Target] | None = None
         for wanted, rank, target in self._bindings:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from botweave.adapter import Adapter
+from botweave.conversations import conversation_key
 from botweave.delivery import Destination
 from botweave.types import BotMessage
 
@@ -21,7 +22,8 @@ class Targets:
         if target == "origin":
             if origin is None or origin.platform not in self._adapters:
                 return None
-            return Destination(self._adapters[origin.platform], origin.channel.channel_id, origin.thread_id)
+            here = self._adapters[origin.platform]
+            return Destination(here, origin.channel.channel_id, origin.thread_id, conversation=conversation_key(origin))
         platform, _, rest = target.partition(":")
         adapter = self._adapters.get(platform)
         if adapter is None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from botweave.events import RunEvents
 from botweave.metrics import TOOL_CALLS
 from botweave.types import BotMessage, MessageActionResult
 
@@ -66,12 +67,14 @@ class ToolContext:
     """What a call knows about the turn it runs in. `origin` is the message being answered
     (None when nobody wrote one, e.g. a room member's turn), which is what the `origin`
     target and a reaction's default message mean. `approvals` asks for a person's yes where
-    a tool needs one; without it such a tool cannot run."""
+    a tool needs one; without it such a tool cannot run. `run`, when the gateway is
+    configured, is where each call's progress is published (arguments masked)."""
 
     agent: str
     origin: BotMessage | None = None
     conversation: str | None = None
     approvals: Approvals | None = None
+    run: RunEvents | None = None
 
 
 @runtime_checkable
@@ -213,23 +216,41 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
         known = ", ".join(sorted(tools)) or "none"
         log.warning("agent %s: the model called unknown tool %s", context.agent, call.name)
         TOOL_CALLS.labels(UNKNOWN_TOOL, "unknown").inc()  # a made-up name is no label
+        if context.run is not None:
+            await context.run.tool(call.id, call.name, "failed", _shown_arguments(call))
         return error_text(f"there is no tool named {call.name!r}; tools: {known}")
     outcome, text = await _call(tool, call, context)
     TOOL_CALLS.labels(call.name, outcome).inc()
+    if context.run is not None:
+        await context.run.tool(call.id, call.name, "done" if outcome == "ok" else "failed", _shown_arguments(call))
     return text
+
+
+def _shown_arguments(call: ToolCall) -> Any:
+    """The arguments as a tool event shows them (masked by the events): parsed when they
+    parse, else nothing (the model's broken text may hold anything)."""
+    try:
+        return parse_arguments(call.arguments)
+    except ToolError:
+        return {}
 
 
 async def _call(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[str, str]:
     started = time.monotonic()
     timeout = tool.timeout_seconds or DEFAULT_TIMEOUT_SECONDS
+    run = context.run
     try:
         arguments = parse_arguments(call.arguments)
         if isinstance(tool, NeedsApproval):
+            if run is not None:
+                await run.tool(call.id, call.name, "awaiting_approval", arguments)
             refusal = await _approval(tool, arguments, context)
             if refusal is not None:
                 log.info("agent %s: tool %s not approved", context.agent, call.name)
                 return "denied", error_text(refusal)
             started = time.monotonic()
+        if run is not None:
+            await run.tool(call.id, call.name, "started", arguments)
         async with asyncio.timeout(timeout):
             value = await tool.call(arguments, context)
     except TimeoutError:

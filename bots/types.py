@@ -29,6 +29,11 @@ META_RECEIVED_AT = "received_at"
 # A message answered again after its author edited it: the how-manieth answer this is (1 for
 # the first re-run), so each answer has its own turn marker and outbox keys.
 META_REVISION = "revision"
+# Set by a platform whose chats are conversations of their own whatever their type (a web
+# session is one person's, yet each session has its own history): the conversation's key.
+META_CONVERSATION = "conversation"
+# Set by a platform where the person chose who answers (a web session's agent): that agent.
+META_AGENT = "agent"
 
 
 def revision_suffix(msg: BotMessage) -> str:

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import logging
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any, Optional
 
+from botweave.adapter import Adapter
 from botweave.config import BotConfig
 from botweave.delivery import Delivery, Destination
+from botweave.events import ConversationEvents
+from botweave.methods import Caller, MethodError, MethodRegistry, Params
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.policies.access import AccessVerdict, decide_access
 from botweave.policies.gating import decide_gate
-from botweave.policies.pairing import MAX_PENDING, Pairing
+from botweave.policies.pairing import MAX_PENDING, Pairing, PendingRequest
 from botweave.store import Store
 from botweave.types import BotMessage
 
@@ -37,6 +42,24 @@ NOBODY_CAN_APPROVE = (
 )
 
 
+WELCOME = "You're approved. Say hello!"
+
+
+class PairingListParams(Params):
+    platform: Optional[str] = None
+
+
+class PairingDecision(Params):
+    platform: str
+    user_id: Optional[str] = None
+    code: Optional[str] = None
+
+
+def shown(request: PendingRequest) -> dict[str, Any]:
+    """A pending request as the gateway's clients see it (never the code's hash)."""
+    return {k: v for k, v in asdict(request).items() if k != "code_hash"}
+
+
 class AccessControl:
     """`cli_config` is the configuration file through which `botweave pair` reaches this
     bot's store from another process, or None when it cannot (state in this process's memory,
@@ -49,11 +72,13 @@ class AccessControl:
         config_for: Callable[[str], BotConfig],
         *,
         cli_config: Path | None = None,
+        events: ConversationEvents | None = None,
     ) -> None:
         self.pairing = Pairing(store)
         self._delivery = delivery
         self._config_for = config_for
         self.cli_config = cli_config
+        self._events = events
 
     def cli_command(self, platform: str, code: str = "<code>") -> str | None:
         """The `botweave pair approve` line that works from any shell here, or None."""
@@ -138,6 +163,11 @@ class AccessControl:
             purpose="pairing",
         )
         owner = await self.owner(msg.platform, inbound.config)
+        if self._events is not None:
+            request = {"platform": msg.platform, "user_id": msg.sender.user_id, "name": msg.sender.name,
+                       "chat_id": msg.channel.channel_id, "owner": owner}
+            # the person's direct conversation, where a request and its answer are both found
+            await self._events.publish(f"{msg.platform}:dm:{msg.sender.user_id}", "pairing.requested", request)
         if owner:
             command = self.cli_command(msg.platform, code)
             await self._delivery.post_direct(
@@ -157,7 +187,7 @@ class AccessControl:
         answer, welcome = await self._pair(inbound)
         await inbound.reply.send_text(answer, purpose="command")
         if welcome is not None:
-            await self._delivery.post(Destination(inbound.adapter, welcome), "You're approved. Say hello!")
+            await self._delivery.post(Destination(inbound.adapter, welcome), WELCOME)
 
     async def _pair(self, inbound: Inbound) -> tuple[str, str | None]:
         """The answer for the owner and, on approval, the chat to welcome the user in."""
@@ -171,6 +201,8 @@ class AccessControl:
         action, code = args
         if action == "deny":
             denied = await self.pairing.deny(msg.platform, code)
+            if denied is not None:
+                await self._resolved(denied, "denied", msg.sender.name, owner)
             return ("Request denied." if denied else "No pending request has that code."), None
         result = await self.pairing.approve(msg.platform, code)
         if result.status == "locked":
@@ -178,4 +210,64 @@ class AccessControl:
         if result.status == "wrong_code" or result.request is None:
             return "No pending request has that code.", None
         request = result.request
+        await self._resolved(request, "approved", msg.sender.name, owner)
         return f"Approved {request.name} (id {request.user_id}).", request.chat_id
+
+    async def _resolved(self, request: PendingRequest, outcome: str, by: str, owner: str | None) -> None:
+        if self._events is not None:
+            data = {"platform": request.platform, "user_id": request.user_id, "outcome": outcome, "by": by, "owner": owner}
+            conversation = f"{request.platform}:dm:{request.user_id}"
+            await self._events.publish(conversation, "pairing.resolved", data)
+
+    # --- the gateway ------------------------------------------------------------------------
+
+    def register_methods(self, registry: MethodRegistry, adapters: Mapping[str, Adapter]) -> None:
+        """`pairing.list`, `pairing.approve` and `pairing.deny` for the gateway's clients: a
+        platform's owner (a token bound to the owner's identity there) answers pairing
+        requests from a browser as with `/pair` in a direct message."""
+
+        async def may(caller: Caller, platform: str) -> bool:
+            if caller.admin:
+                return True
+            owner = await self.owner_of(platform)
+            return owner is not None and caller.speaks_for(platform, owner)
+
+        async def listed(caller: Caller, params: PairingListParams) -> dict[str, Any]:
+            requests = await self.pairing.pending(params.platform)
+            return {"requests": [shown(r) for r in requests if await may(caller, r.platform)]}
+
+        async def decide(caller: Caller, params: PairingDecision, approve: bool) -> PendingRequest:
+            if not await may(caller, params.platform):
+                raise MethodError("forbidden", f"only the owner of the bot on {params.platform} (or an admin) answers its pairing requests")
+            if (params.user_id is None) == (params.code is None):
+                raise MethodError("bad_request", "give exactly one of user_id and code")
+            if params.user_id is not None:
+                take = self.pairing.approve_user if approve else self.pairing.deny_user
+                request = await take(params.platform, params.user_id)
+            elif approve:
+                result = await self.pairing.approve(params.platform, params.code or "")
+                if result.status == "locked":
+                    raise MethodError("too_many_failures", "too many wrong codes; approval is locked for a few minutes",
+                                      retryable=True, retry_after_ms=300_000)
+                request = result.request
+            else:
+                request = await self.pairing.deny(params.platform, params.code or "")
+            if request is None:
+                raise MethodError("not_found", f"no pending pairing request on {params.platform} for that")
+            owner = await self.owner_of(params.platform)
+            await self._resolved(request, "approved" if approve else "denied", caller.name, owner)
+            return request
+
+        async def approve(caller: Caller, params: PairingDecision) -> dict[str, Any]:
+            request = await decide(caller, params, True)
+            adapter = adapters.get(request.platform)
+            if adapter is not None:
+                await self._delivery.post(Destination(adapter, request.chat_id), WELCOME)
+            return {"user_id": request.user_id, "name": request.name}
+
+        async def deny(caller: Caller, params: PairingDecision) -> dict[str, Any]:
+            return {"user_id": (await decide(caller, params, False)).user_id}
+
+        registry.register("pairing.list", listed, scope="pairing", params=PairingListParams)
+        registry.register("pairing.approve", approve, scope="pairing", params=PairingDecision)
+        registry.register("pairing.deny", deny, scope="pairing", params=PairingDecision)

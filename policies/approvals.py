@@ -31,7 +31,10 @@ from typing import Any, Literal
 
 from botweave.adapter import Adapter
 from botweave.buttons import ButtonBook
+from botweave.conversations import conversation_key
 from botweave.delivery import PROCESS, Delivery, Destination
+from botweave.events import ConversationEvents
+from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.store import Store
 from botweave.tasks import TaskOwner
 from botweave.tooling import ApprovalRule, ToolContext
@@ -164,6 +167,11 @@ class Request:
     chat_id: str | None = None
     thread_id: str | None = None
     message_id: str | None = None
+    #: Where the turn that asks runs, which agent asks, and the arguments it would run with
+    #: (masked): what the gateway shows of the request.
+    conversation: str = ""
+    agent: str = ""
+    arguments: Any = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -171,6 +179,23 @@ class Request:
     @classmethod
     def from_json(cls, raw: str) -> Request:
         return cls(**json.loads(raw))
+
+    def shown(self) -> dict[str, Any]:
+        """The request as the gateway's clients see it."""
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "agent": self.agent,
+            "arguments": self.arguments,
+            "approver": {"platform": self.platform, "user_id": self.approver_id, "name": self.approver_name},
+            "conversation": self.conversation,
+            "deadline": self.deadline,
+        }
+
+
+class ResolveParams(Params):
+    id: str
+    decision: Literal["approve", "deny"]
 
 
 def _request_key(approval_id: str) -> str:
@@ -202,8 +227,10 @@ class ApprovalDesk:
         owner_of: OwnerOf,
         notify: Notify | None = None,
         poll_seconds: float = POLL_S,
+        events: ConversationEvents | None = None,
     ) -> None:
         self._store = store
+        self._events = events
         self._delivery = delivery
         self._adapters = adapters
         self._buttons = buttons
@@ -231,14 +258,18 @@ class ApprovalDesk:
             approver_name = origin.sender.name if owner == origin.sender.user_id else "the owner"
         else:
             approver_id, approver_name = origin.sender.user_id, origin.sender.name
+        masked = mask_arguments(arguments)
         request = Request(
             id=uuid.uuid4().hex[:16],
             tool=tool,
             approver_id=approver_id,
             approver_name=approver_name,
             platform=origin.platform,
-            text=request_text(tool, mask_arguments(arguments), context.agent, approver_name, rule.timeout_seconds),
+            text=request_text(tool, masked, context.agent, approver_name, rule.timeout_seconds),
             deadline=time.time() + rule.timeout_seconds,
+            conversation=context.conversation or conversation_key(origin),
+            agent=context.agent,
+            arguments=masked,
         )
         keep = rule.timeout_seconds + KEEP_S
         buttons = await self._buttons.issue(
@@ -256,6 +287,8 @@ class ApprovalDesk:
                 await self._forget(request.id)
                 return f"could not ask for approval of {tool}: {problem}"
             await self._store.set(_request_key(request.id), request.to_json(), ttl=keep)
+            if self._events is not None:
+                await self._events.publish(request.conversation, "approval.requested", request.shown())
             await self._tell(request, context.agent)
             try:
                 decision = await self._wait(request, wakeup)
@@ -328,11 +361,15 @@ class ApprovalDesk:
                 pass
 
     async def _show(self, request: Request, decision: Decision) -> None:
-        """Edit the request to show how it ended, its buttons gone."""
+        """Edit the request to show how it ended, its buttons gone (and tell the gateway's
+        clients, once)."""
+        if self._events is not None and request.conversation:
+            resolved = {"id": request.id, "outcome": decision.outcome, "by": decision.by, "approver": request.shown()["approver"]}
+            await self._events.publish(request.conversation, "approval.resolved", resolved, unique=f"evonce:approval:{request.id}")
         adapter = self._adapters.get(request.platform)
         if adapter is None or request.chat_id is None or request.message_id is None:
             return
-        to = Destination(adapter, request.chat_id, request.thread_id)
+        to = Destination(adapter, request.chat_id, request.thread_id, conversation=request.conversation or None)
         result = await self._delivery.edit(to, request.message_id, f"{request.text}\n\n{decision.line()}", buttons=())
         if not result.ok:
             log.warning("approval %s: could not show the decision: %s %s", request.id, result.status, result.detail)
@@ -354,20 +391,66 @@ class ApprovalDesk:
         if event.user_id != request.approver_id:
             return PressAnswer(f"This approval is not yours to answer; it is waiting for {request.approver_name}.",
                                alert=True)
+        decision, refusal = await self._decide(request, event.action_id == APPROVE, request.approver_name)
+        if decision is None:
+            return PressAnswer(refusal, alert=refusal.startswith("This request expired"))
+        return PressAnswer("Approved." if decision.outcome == "approved" else "Denied.")
+
+    async def _decide(self, request: Request, approve: bool, by: str) -> tuple[Decision | None, str]:
+        """Record the approver's decision, once; (None, what to tell) when it was decided
+        before or its turn is gone."""
         decided = await self._store.get(_decision_key(request.id))
         if decided is not None:
-            return PressAnswer(Decision.from_json(decided).told())
+            return None, Decision.from_json(decided).told()
         if await self._store.get(_live_key(request.id)) is None:
             await self._expire(request)
-            return PressAnswer("This request expired: the bot stopped before it was answered.", alert=True)
-        decision = Decision("approved" if event.action_id == APPROVE else "denied", request.approver_name)
+            return None, "This request expired: the bot stopped before it was answered."
+        decision = Decision("approved" if approve else "denied", by)
         if not await self._store.set_if_absent(_decision_key(request.id), decision.to_json(), ttl=KEEP_S):
             latest = await self._store.get(_decision_key(request.id))
-            return PressAnswer(Decision.from_json(latest).told() if latest else "Already decided.")
+            return None, Decision.from_json(latest).told() if latest else "Already decided."
         wakeup = self._wakeups.get(request.id)
         if wakeup is not None:  # the waiting turn is in this process: no need to wait for its next look
             wakeup.set()
-        return PressAnswer("Approved." if decision.outcome == "approved" else "Denied.")
+        return decision, ""
+
+    # --- the gateway ----------------------------------------------------------------------
+
+    def register_methods(self, registry: MethodRegistry) -> None:
+        """`approvals.list` and `approvals.resolve`, for the gateway's clients: an approver
+        answers from a browser as they would by pressing the button."""
+        registry.register("approvals.list", self._list_method, scope="approvals", help="open approval requests")
+        registry.register("approvals.resolve", self._resolve_method, scope="approvals", params=ResolveParams)
+
+    async def pending(self) -> list[Request]:
+        """Open requests whose turn still waits, oldest deadline first."""
+        found = []
+        for key in await self._store.keys(PENDING):
+            approval_id = key.removeprefix(PENDING)
+            raw = await self._store.get(_request_key(approval_id))
+            if raw is None or await self._store.get(_decision_key(approval_id)) is not None:
+                continue
+            if await self._store.get(_live_key(approval_id)) is not None:
+                found.append(Request.from_json(raw))
+        return sorted(found, key=lambda r: r.deadline)
+
+    async def _list_method(self, caller: Caller, params: NoParams) -> dict[str, Any]:
+        mine = [r.shown() for r in await self.pending() if caller.admin or caller.speaks_for(r.platform, r.approver_id)]
+        return {"approvals": mine}
+
+    async def _resolve_method(self, caller: Caller, params: ResolveParams) -> dict[str, Any]:
+        raw = await self._store.get(_request_key(params.id))
+        if raw is None:
+            raise MethodError("not_found", f"no approval request {params.id}")
+        request = Request.from_json(raw)
+        approver = caller.speaks_for(request.platform, request.approver_id)
+        if not approver and not caller.admin:
+            raise MethodError("forbidden", f"this approval is waiting for {request.approver_name}, not you")
+        by = request.approver_name if approver else f"{caller.name} (admin)"
+        decision, refusal = await self._decide(request, params.decision == "approve", by)
+        if decision is None:
+            raise MethodError("conflict", refusal)
+        return {"outcome": decision.outcome}
 
     async def _expire(self, request: Request, decision: Decision | None = None) -> None:
         """A request whose turn is gone: decided as expired (unless a decision beat us to

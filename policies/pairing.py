@@ -162,15 +162,37 @@ class Pairing:
                 return ApproveResult("locked")
             return ApproveResult("wrong_code")
         await self._store.delete(attempt)
-        await self._store.set(
-            f"pair:approved:{platform}:{request.user_id}",
-            json.dumps({"name": request.name, "approved_at": self._clock()}),
-        )
+        await self._admit(request)
         became_owner = claim_owner and await self._store.set_if_absent(f"pair:owner:{platform}", request.user_id)
         return ApproveResult("approved", request, became_owner)
 
+    async def _admit(self, request: PendingRequest) -> None:
+        await self._store.set(
+            f"pair:approved:{request.platform}:{request.user_id}",
+            json.dumps({"name": request.name, "approved_at": self._clock()}),
+        )
+
     async def deny(self, platform: str, code: str) -> PendingRequest | None:
         return await self._take(platform, code)
+
+    async def _take_user(self, platform: str, user_id: str) -> PendingRequest | None:
+        raw = await self._store.get(self._user_key(platform, user_id))
+        if raw is None:
+            return None
+        request = PendingRequest(**json.loads(raw))
+        await self._store.delete(f"pair:pending:{platform}:{request.code_hash}", self._user_key(platform, user_id))
+        return request
+
+    async def approve_user(self, platform: str, user_id: str) -> PendingRequest | None:
+        """Let a waiting user in by who they are, for an owner who is already authenticated
+        (the gateway): no code to guess, so no attempts to count."""
+        request = await self._take_user(platform, user_id)
+        if request is not None:
+            await self._admit(request)
+        return request
+
+    async def deny_user(self, platform: str, user_id: str) -> PendingRequest | None:
+        return await self._take_user(platform, user_id)
 
     async def revoke(self, platform: str, user_id: str) -> bool:
         key = f"pair:approved:{platform}:{user_id}"

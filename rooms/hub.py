@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from botweave.agents import Agent
 from botweave.files import message_text
+from botweave.methods import Caller, MethodRegistry, NoParams
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent
@@ -122,6 +124,29 @@ class RoomHub:
     async def _on_missed(self, room_name: str, when: datetime) -> None:
         if self._missed is not None:
             await self._missed(room_name, f"the stand-up due at {when.isoformat()} was missed")
+
+    def register_methods(self, registry: MethodRegistry) -> None:
+        """`rooms.list` for the gateway's clients: each room, who is in it (with the identity
+        each agent posts under) and the conversations it ran in, to subscribe to."""
+        registry.register("rooms.list", self._list_method, scope="read", help="the rooms and where they run")
+
+    async def _list_method(self, caller: Caller, params: NoParams) -> dict[str, Any]:
+        rooms = []
+        for name, room in self.rooms.items():
+            members = []
+            for member in room.roster:
+                agent = self._agents.get(member)
+                identity = identity_of(agent) if agent is not None else AgentIdentity(member)
+                members.append({"id": member, "name": identity.name, "avatar_url": identity.avatar_url,
+                                "icon_emoji": identity.icon_emoji})
+            prefix = room.transcript_key("")
+            conversations = sorted(key.removeprefix(prefix) for key in await room.store.keys(prefix))
+            target = self.configs[name].target
+            canonical = self._resolve_target(target) if target else None
+            if canonical and canonical not in conversations:
+                conversations.append(canonical)
+            rooms.append({"name": name, "members": members, "conversations": conversations})
+        return {"rooms": rooms}
 
     async def start(self) -> None:
         if any(cfg.schedule for cfg in self.configs.values()):

@@ -25,6 +25,7 @@ from botweave.runtime import process
 from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream
+from botweave.runtime.gateway import build_gateway
 from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
@@ -53,6 +54,7 @@ class App:
         self.push, self.preferences, self.notifier = config.push, parts.preferences, parts.notifier
         self.rooms, self.schedules, self.pipeline = parts.rooms, parts.schedules, parts.pipeline
         self.model_processes, self.model_clients = parts.model_processes, parts.model_clients
+        self.events = parts.events
         self.ops: OpsServer | None = None
         self._platforms, self._outgoing, self._handling = parts.platforms, parts.outgoing, parts.handling
         self._life, self._turns, self._notices = parts.life, parts.turns, parts.notices
@@ -60,6 +62,9 @@ class App:
         self._background = TaskOwner("app")
         #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
         self.plugins = load_plugins(self, config.plugins)
+        #: The WebSocket control plane this process serves (None without one, or in a worker).
+        self.gateway = build_gateway(self)
+        self._gateway_serving = False
 
     @classmethod
     def from_config(
@@ -111,6 +116,9 @@ class App:
             await self._start_answering()
         if self.push.directory:
             self._background.spawn(self._notices.flush_digests(self._life.stopping), name="notification digests")
+        if self.gateway is not None and receive:
+            self._gateway_serving = True
+            await self.gateway.start()
         self._life.started()
 
     async def _start_answering(self) -> None:
@@ -129,6 +137,8 @@ class App:
         A cancelled turn is not lost: its item stays in the journal or the stream, and runs
         again at the next start or in another worker."""
         self._life.stop(timeout)
+        if self.gateway is not None:
+            await self.gateway.stop()
         self.approvals.shutting_down()
         if self.rooms is not None:
             await self.rooms.stop()
@@ -195,7 +205,11 @@ class App:
         if not self._life.serving:
             return {"app": self._life.state()}
         problem = await store_problem(self.store)
-        return {**({"store": problem} if problem else {}), **await self._platforms.readiness()}
+        failing = {**({"store": problem} if problem else {}), **await self._platforms.readiness()}
+        gateway = self.gateway.readiness() if self.gateway is not None and self._gateway_serving else None
+        if gateway:
+            failing["gateway"] = gateway
+        return failing
 
     # --- extending ------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from botweave.commands import CommandRegistry
 from botweave.config import ConfigError
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivery, Outbox, SentLedger
+from botweave.events import ConversationEvents
 from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.model_calls import ModelCalls
@@ -34,6 +35,7 @@ from botweave.router import Router
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config
 from botweave.runtime.connections import Platforms
+from botweave.runtime.gateway import conversation_events, watch_step
 from botweave.runtime.handling import Handling
 from botweave.runtime.intake import Turns
 from botweave.runtime.lifecycle import Lifecycle, Role
@@ -88,6 +90,8 @@ class Parts:
     pipeline: Handler
     handling: Handling
     turns: Turns
+    #: Conversation events, published everywhere things happen; None without a gateway.
+    events: ConversationEvents | None
 
 
 def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Parts:
@@ -98,14 +102,15 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     patience = Patience(settings.outage_grace_seconds)
     chosen = store or open_store(settings.url or "memory://", settings.prefix, base=config.base_dir)
     kept = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=patience)
+    events = conversation_events(config, kept)
     hooks, commands, life, locks = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks()
     model_processes, model_clients, made = _model_calls(config)
     calls = AskingAside(made)  # a turn gives its place up while it waits for its model
     agents = {name: Agent(name, section, calls=calls) for name, section in config.agents.items()}
     router = Router(config.routes, default_agent=next(iter(agents)))
     history = History(kept)
-    platforms = Platforms(config)
-    delivery = Delivery(hooks, Outbox(kept, ttl))
+    platforms = Platforms(config, events)
+    delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
     targets = Targets(platforms.adapters)
     tools = _tools(config, agents, delivery, targets, kept)
     buttons = ButtonBook(kept)
@@ -115,9 +120,10 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     notifier = Notifier(preferences, transports, kept, directory=config.push.directory)
     notices = Notices(notifier, config)
     cli_config = _pairing_cli_config(config, kept, given=store is not None)
-    access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config)
+    access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
     approvals = ApprovalDesk(
-        kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested
+        kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
+        events=events,
     )
     rooms = None
     if config.rooms:
@@ -131,8 +137,8 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
             config.schedules, agents=agents, history=history, delivery=delivery, targets=targets, locks=locks,
             bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
         )
-    control = TurnControl(kept, agents, history, platforms.bot_config, ttl, access.admits)
-    turn = AgentTurn(agents, history, notices.turn_finished, kept, ttl, approvals=approvals)
+    control = TurnControl(kept, agents, history, platforms.bot_config, ttl, access.admits, events=events)
+    turn = AgentTurn(agents, history, notices.turn_finished, kept, ttl, approvals=approvals, events=events)
     BuiltinCommands(commands, agents, history, rooms, life.uptime).register()
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
@@ -151,6 +157,7 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
         media=MediaStep(agents, {name: config.media_for(name) for name in agents}),
         control=control,
         turn=turn,
+        watch=watch_step(events),
     )
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, router=router, hooks=hooks, delivery=delivery, locks=locks,
@@ -163,6 +170,7 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
         preferences=preferences, notifier=notifier, notices=notices, access=access, approvals=approvals, rooms=rooms,
         schedules=schedules, control=control, turn=turn, pipeline=pipeline, handling=handling,
         turns=Turns(control, TaskOwner("turn"), locks, life),
+        events=events,
     )
 
 

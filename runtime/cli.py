@@ -1,4 +1,4 @@
-"""The `botweave` command: run, chat, check, doctor, init, room, pair.
+"""The `botweave` command: run, chat, web, check, doctor, init, room, pair, gateway.
 
 Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
 `botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
@@ -62,9 +62,23 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here (overrides ops.listen; one port per process)",
     )
+    run.add_argument(
+        "--gateway-listen",
+        metavar="HOST:PORT",
+        help="serve the WebSocket gateway and the web platform here (overrides gateway.listen)",
+    )
     chat = sub.add_parser("chat", help="talk to the agent in this terminal (console platform only)", parents=common)
     chat.add_argument("config", nargs="?", help=CONFIG_HELP)
-    for command in (run, chat):
+    web = sub.add_parser(
+        "web", help="run the bot with its browser UI and print a one-time sign-in link", parents=common
+    )
+    web.add_argument("config", nargs="?", help=CONFIG_HELP)
+    web.add_argument(
+        "--gateway-listen",
+        metavar="HOST:PORT",
+        help="where the gateway and the page listen (default: gateway.listen, else 127.0.0.1:8787 or a free port)",
+    )
+    for command in (run, chat, web):
         command.add_argument(
             "--ephemeral",
             action="store_true",
@@ -113,25 +127,39 @@ def _parser() -> argparse.ArgumentParser:
         for arg in args:
             command.add_argument(arg)
         command.add_argument("--config", help=CONFIG_HELP)
+    gateway = sub.add_parser("gateway", help="the gateway's tokens", parents=common)
+    gateway_sub = gateway.add_subparsers(dest="action", required=True)
+    token = gateway_sub.add_parser("token", help="add, list or revoke gateway tokens (kept hashed in the store)",
+                                   parents=common)
+    token_sub = token.add_subparsers(dest="token_action", required=True)
+    add = token_sub.add_parser("add", help="make a token and print it once", parents=common)
+    add.add_argument("name")
+    add.add_argument("--scopes", default="read", help="comma-separated: read, write, approvals, pairing, admin")
+    add.add_argument("--user", help="the platform identity the token speaks for, e.g. telegram:123456")
+    revoke = token_sub.add_parser("revoke", help="a token stops working", parents=common)
+    revoke.add_argument("name")
+    listed = token_sub.add_parser("list", help="every token (names and scopes, never the tokens)", parents=common)
+    for command in (add, revoke, listed):
+        command.add_argument("--config", help=CONFIG_HELP)
     return parser
 
 
 def _setup_logging(verbosity: int, fmt: LogFormat, command: str) -> None:
     """`run` talks at INFO (each platform connecting, each turn), since nobody watches it
     otherwise; everything else, the chat above all, only warns. Each -v goes one level down."""
-    base = logging.INFO if command == "run" else logging.WARNING
+    base = logging.INFO if command in ("run", "web") else logging.WARNING
     setup_logging(max(logging.DEBUG, base - 10 * verbosity), fmt, libraries=verbosity >= 2)
 
 
-def _load(path: str | None, *, ephemeral: bool = False) -> Any:
-    """The configuration, with its store settled: the one bot.yaml names, memory with
-    `--ephemeral`, else the SQLite file that belongs to this configuration file."""
+def _load(path: str | None, *, ephemeral: bool = False, builtin: dict[str, Any] | None = None) -> Any:
+    """The configuration, with its store settled: the one bot.yaml names (else `builtin`),
+    memory with `--ephemeral`, else the SQLite file that belongs to this configuration file."""
     from botweave.runtime.config import BUILTIN_CONFIG, default_store_url, find_config, load_config
 
     found = find_config(path)
     if found is None:
-        log.info("no bot.yaml found; using the built-in console + offline/echo configuration")
-        config = load_config(BUILTIN_CONFIG)
+        log.info("no bot.yaml found; using the built-in offline/echo configuration")
+        config = load_config(BUILTIN_CONFIG if builtin is None else builtin)
     else:
         config = load_config(found)
     if ephemeral:
@@ -141,7 +169,9 @@ def _load(path: str | None, *, ephemeral: bool = False) -> Any:
     return config
 
 
-async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False) -> int:
+async def _serve(
+    config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False, signin: bool = False
+) -> int:
     from botweave.runtime.app import App
     from botweave.store import is_shared
 
@@ -153,6 +183,10 @@ async def _serve(config: Any, platforms: list[str] | None, role: Role = "all", *
     app = App(config, role=role)
     if banner:
         print(chat_banner(app), flush=True)
+    if signin:
+        from botweave.runtime.web import attach_signin
+
+        attach_signin(app)
     return await app.serve(platforms, on_started=tune_own_process)
 
 
@@ -172,18 +206,18 @@ def chat_banner(app: Any) -> str:
     return f"botweave {__version__} · {who} · /help for commands, Ctrl-D to leave"
 
 
-def _ops_listen(config: Any, listen: str | None) -> None:
-    """`--ops-listen` replaces `ops.listen`, checked the same way."""
+def _listen(config: Any, section: str, listen: str | None) -> None:
+    """`--ops-listen` replaces `ops.listen` (`--gateway-listen` `gateway.listen`), checked the
+    same way."""
     if listen is None:
         return
-    from botweave.config import ConfigError
-    from botweave.runtime.config import parse_listen
+    from botweave.config import ConfigError, parse_listen
 
     try:
         parse_listen(listen)
     except ValueError as exc:
-        raise ConfigError([f"--ops-listen: {exc}"]) from None
-    config.ops.listen = listen
+        raise ConfigError([f"--{section}-listen: {exc}"]) from None
+    getattr(config, section).listen = listen
 
 
 def unroutable_models(config: Any) -> list[str]:
@@ -274,6 +308,43 @@ async def _pair(args: argparse.Namespace) -> int:
             print(f"pending  {request.platform}  {request.user_id}  {request.name}")
         for platform, user in await pairing.approved():
             print(f"approved {platform}  {user}")
+        return 0
+    finally:
+        await store.close()
+
+
+async def _gateway(args: argparse.Namespace) -> int:
+    """`botweave gateway token add|list|revoke`: tokens kept hashed in the bot's store."""
+    from botweave.gateway.auth import TokenBook
+    from botweave.store import open_store
+
+    config = _load(args.config)
+    if config.store.url.startswith("memory://"):
+        print("botweave: the store is memory:// (inside the running bot); gateway tokens need a store on disk "
+              "or on a server: leave store.url out (a SQLite file) or use redis://", file=sys.stderr)
+        return 2
+    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
+    await store.connect()
+    book = TokenBook(store, config.gateway.tokens)
+    try:
+        if args.token_action == "add":
+            try:
+                token = await book.add(args.name, [s.strip() for s in args.scopes.split(",") if s.strip()], args.user)
+            except ValueError as exc:
+                print(f"botweave: {exc}", file=sys.stderr)
+                return 2
+            print(token)
+            print(f"# the token for {args.name}: shown this once, kept only as a hash", file=sys.stderr)
+            return 0
+        if args.token_action == "revoke":
+            if await book.revoke(args.name):
+                print(f"revoked {args.name}")
+                return 0
+            print(f"botweave: no token named {args.name!r} in the store (bot.yaml's are removed there)", file=sys.stderr)
+            return 1
+        for entry in await book.listed():
+            user = f"  user: {entry['user']}" if entry.get("user") else ""
+            print(f"{entry['name']}  scopes: {','.join(entry['scopes'])}{user}  ({entry['source']})")
         return 0
     finally:
         await store.close()
@@ -390,8 +461,17 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_room(args))
         if args.command == "schedule":
             return asyncio.run(_schedule(args))
+        if args.command == "gateway":
+            return asyncio.run(_gateway(args))
+        if args.command == "web":
+            from botweave.runtime.web import BUILTIN_WEB_CONFIG, choose_listen
+
+            config = _load(args.config, ephemeral=args.ephemeral, builtin=BUILTIN_WEB_CONFIG)
+            choose_listen(config, args.gateway_listen)
+            _exit_now(asyncio.run(_serve(config, None, signin=True)))
         config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
+            config.gateway.listen = None  # the terminal's own chat: no control plane beside it
             if config.platforms.console is None:
                 from botweave.adapters.console.config import ConsoleConfig
 
@@ -399,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             from botweave.adapters.console.inbound import is_terminal
 
             _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
-        _ops_listen(config, args.ops_listen)
+        _listen(config, "ops", args.ops_listen)
+        _listen(config, "gateway", args.gateway_listen)
         _exit_now(asyncio.run(_serve(config, None, args.role)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)

@@ -30,10 +30,12 @@ from botweave.config import (
     Section,
     StoreConfig,
     format_errors,
+    parse_listen,
     problem,
     raise_problems,
     substitute_env,
 )
+from botweave.gateway.config import GatewayConfig
 from botweave.media.config import AgentMedia, MediaConfig, MediaOverrides
 from botweave.model_clients import ClientChoice, ensure_direct
 from botweave.policies.config import AdmissionConfig, AgentNetwork, NetworkConfig
@@ -55,15 +57,6 @@ PlatformsConfig = create_model(
     __base__=Section,
     **{name: (Optional[spec.config], None) for name, spec in installed_platforms().items()},  # type: ignore[call-overload]
 )
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (`[::1]:9464` for IPv6) as (host, port); port 0 lets the system choose."""
-    host, sep, port = value.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:9464, or 0.0.0.0:9464 in a container)")
-    return host, int(port)
 
 
 class OpsConfig(Section):
@@ -113,6 +106,7 @@ class Config(Section):
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
     models: ModelsConfig = Field(default_factory=ModelsConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     #: Python modules whose `setup(app)` runs at start (`module` or `module:function`), after
     #: those installed under the `botweave.plugins` entry point.
     plugins: list[str] = Field(default_factory=list)

@@ -3,7 +3,8 @@
 `check` validates the file; the doctor tries it, the way a first `run` would, and stops short
 of answering anyone: the configuration loads, each enabled platform accepts its credentials
 (one real call each: getMe, users/@me, auth.test) and its webhook settings can work, the store
-answers, each agent's model answers a one-token request. One line per check, `ok` or `FAIL`
+answers, the gateway (when configured) can bind its address and has usable tokens, each
+agent's model answers a one-token request. One line per check, `ok` or `FAIL`
 with what to change; a platform without credentials is `skip` (bot.yaml may list platforms
 not used on this host). Any FAIL makes the exit code 1.
 """
@@ -17,10 +18,11 @@ from typing import Any, TextIO
 
 from botweave.adapter import Check
 from botweave.config import ConfigError
+from botweave.gateway.checks import diagnose as diagnose_gateway
 from botweave.model_clients import ClientChoice, ModelClients
 from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
 from botweave.runtime.platforms import installed_platforms
-from botweave.store import open_store, redact_url
+from botweave.store import Store, open_store, redact_url
 
 #: Seconds any single check may take before it counts as failed.
 CHECK_TIMEOUT_S = 30.0
@@ -89,6 +91,24 @@ async def _store(config: Config) -> Check:
     return Check("store", True, f"{redact_url(url)} answers")
 
 
+async def _gateway(config: Config) -> list[Check]:
+    """The gateway's bind and tokens (those in the store too, when the store is reachable)."""
+    url = config.store.url or "memory://"
+    if config.gateway.listen is None or url.startswith("memory://"):
+        return await diagnose_gateway(config.gateway, None, installed_platforms())
+    store: Store | None = open_store(url, config.store.prefix, base=config.base_dir)
+    try:
+        if store is not None:
+            try:
+                await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
+            except Exception:
+                store = None  # the store's own line says why; bot.yaml's tokens are still checked
+        return await diagnose_gateway(config.gateway, store, installed_platforms())
+    finally:
+        if store is not None:
+            await store.close()
+
+
 def _distinct_models(config: Config) -> Iterable[tuple[str, Any]]:
     """One agent per model and endpoint: two agents on one model need one request."""
     seen: set[tuple[str, str | None, str | None]] = set()
@@ -146,6 +166,8 @@ async def doctor(path: str | None, *, model: bool = True, out: TextIO) -> int:
     for check in await _platforms(config):
         report(check)
     report(await _store(config))
+    for check in await _gateway(config):
+        report(check)
     if not model:
         report(Check("model", True, "not checked (--no-model)", skipped=True))
     else:

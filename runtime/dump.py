@@ -55,4 +55,6 @@ def dump_config(config: Config) -> str:
         data["push"] = _masked(config.push.model_dump(mode="json", exclude_unset=True))
     if config.schedules:
         data["schedules"] = _masked(config.schedules)
+    if "gateway" in config.model_fields_set:
+        data["gateway"] = _masked(config.gateway)  # tokens as ***
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -17,7 +17,7 @@ from botweave.policies.gating import group_gate
 from botweave.policies.rate_limit import RateLimit
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
-from botweave.runtime.steps import Commands, MessageHooks, Observe
+from botweave.runtime.steps import Commands, MessageHooks, Observe, Watch
 from botweave.runtime.turn_control import TurnControl
 from botweave.runtime.turns import AgentTurn
 
@@ -37,10 +37,15 @@ def build_pipeline(
     media: MediaStep,
     control: TurnControl,
     turn: AgentTurn,
+    watch: Watch | None = None,
 ) -> Handler:
     steps: list[Step] = [
         authors,  # our own echoes, bots (within the loop guard), commands for other bots
         access.step,  # allowlists, unknown-user policy, pairing
+    ]
+    if watch is not None:
+        steps.append(watch)  # the gateway's watchers see what admitted people say
+    steps += [
         group_gate,  # in groups: addressed to us? observe only?
         control.stale_step,  # handed over long after it was sent (we were down): a notice instead
         MessageHooks(hooks, router, delivery),  # message_received hooks may drop or rewrite

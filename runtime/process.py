@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from botweave.adapter import Adapter
+from botweave.config import ConfigError
 from botweave.model_calls import litellm_module
 from botweave.runtime.connections import Platforms
 from botweave.store import StoreUnavailable
@@ -76,7 +77,11 @@ async def _serve(
         log.error("%s", exc)
         await app.stop()
         return EXIT_STORE
-    except OSError as exc:  # the ops endpoint's address is taken or not ours
+    except OSError as exc:  # the ops endpoint's or the gateway's address is taken or not ours
+        log.error("%s", exc)
+        await app.stop()
+        return EXIT_CONFIG
+    except ConfigError as exc:  # settings only the start can judge (a gateway open to all)
         log.error("%s", exc)
         await app.stop()
         return EXIT_CONFIG

@@ -1,5 +1,6 @@
-"""The runtime's own pipeline steps: `message_received` hooks, commands, and recording what
-a group says when the bot only observes. Policies' steps live in policies/, the room step in
+"""The runtime's own pipeline steps: `message_received` hooks, commands, recording what a
+group says when the bot only observes, and (with the gateway) showing people's messages to
+whoever watches their conversation. Policies' steps live in policies/, the room step in
 rooms/; runtime/pipeline.py puts them all in order.
 """
 
@@ -10,12 +11,13 @@ from collections.abc import Mapping
 from botweave.agents import Agent, History
 from botweave.commands import CommandRegistry
 from botweave.delivery import Delivery, ReplyChannel
+from botweave.events import ConversationEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.router import Router
 from botweave.runtime.turns import turn_marker, user_entry
 from botweave.store import Store
-from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT
+from botweave.types import META_MENTIONS_BOT, META_REPLY_TO_BOT, META_REVISION, revision_suffix
 
 
 class MessageHooks:
@@ -94,3 +96,35 @@ class Observe:
         entry = self._history.append_op(inbound.conversation, agent.config.max_history, user_entry(inbound.message))
         await self._store.commit(turn_marker(inbound.message), [entry], ttl=self._ttl)
         return TurnOutcome(TurnStatus.OBSERVED)
+
+
+class Watch:
+    """A person's message, as soon as the bot admits it, is published in its conversation for
+    the gateway's watchers (once: a message that runs again after a restart, or an edit's
+    re-run, is the same message, its record replaced). Platforms that show their messages
+    through the events themselves (the web) published it already."""
+
+    def __init__(self, events: ConversationEvents) -> None:
+        self._events = events
+
+    async def __call__(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+        if not inbound.adapter.events_native:
+            msg = inbound.message
+            record = {
+                "id": msg.message_id,
+                "author": {"kind": "bot" if msg.sender.is_bot else "user", "id": msg.sender.user_id, "name": msg.sender.name},
+                "text": msg.text,
+                "at": msg.timestamp.timestamp(),
+                "reply_to": msg.reply_to,
+                "attachments": [
+                    {"file_id": None, "filename": a.get("filename"), "mime": a.get("mime"), "size": a.get("size")}
+                    for a in msg.attachments
+                ],
+                "buttons": [],
+                "reactions": [],
+                "edited": bool(msg.metadata.get(META_REVISION)),
+                "deleted": False,
+            }
+            unique = f"evonce:in:{msg.platform}:{msg.channel.channel_id}:{msg.message_id}{revision_suffix(msg)}"
+            await self._events.post(inbound.conversation, record, title=msg.channel.title, unique=unique)
+        return await call_next(inbound)

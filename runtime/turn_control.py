@@ -42,9 +42,10 @@ from botweave.agents import Agent, History
 from botweave.config import BotConfig
 from botweave.conversations import conversation_key
 from botweave.delivery import ReplyChannel
+from botweave.events import ConversationEvents
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
-from botweave.runtime.turns import turn_marker, user_entry
+from botweave.runtime.turns import run_events, turn_marker, user_entry
 from botweave.store import Store
 from botweave.types import META_RECEIVED_AT, META_REVISION, BotMessage, PlatformEvent
 
@@ -175,8 +176,11 @@ class TurnControl:
         config_for: Callable[[str], BotConfig],
         ttl: float,
         admitted: Callable[[BotMessage, BotConfig], Awaitable[bool]],
+        *,
+        events: ConversationEvents | None = None,
     ) -> None:
         self._store = store
+        self._events = events
         self._admitted = admitted
         self._agents = agents
         self._history = history
@@ -329,6 +333,9 @@ class TurnControl:
             marks = await self._marks(msg, inbound.conversation)
             edit_seen = marks.edit_at
             log.info("%s: message %s was edited while answered; answering the new text", msg.platform, msg.message_id)
+            if self._events is not None:
+                await run_events(inbound, self._events).stopped("edited")
+                inbound.run = None  # the new text is answered by a run of its own
             await self._answer_edit(inbound, marks.edit_text or "", list(inbound.reply.streamed))
 
     async def _answer_edit(self, inbound: Inbound, text: str, replacing: list[str]) -> None:
@@ -441,6 +448,8 @@ class TurnControl:
             [self._history.append_turn_op(inbound.conversation, agent.config.max_history, exchange)] if exchange else []
         )
         await self._store.commit(turn_marker(msg), operations, ttl=self._ttl)
+        if self._events is not None:
+            await run_events(inbound, self._events).stopped(reason)
         log.info("%s: the turn for message %s ended: %s", msg.platform, msg.message_id, reason)
         status = TurnStatus.COLLECTED if reason == "collected" else TurnStatus.STOPPED
         return TurnOutcome(status, detail=reason)

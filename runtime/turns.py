@@ -32,6 +32,7 @@ from typing import Any
 
 from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
 from botweave.delivery import Delivered, Prepared, ReplyChannel
+from botweave.events import ConversationEvents, RunEvents
 from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
@@ -94,6 +95,14 @@ def _reporting(conversation: str, agent: Agent) -> Iterator[_Report]:
                 *fields.values(),
                 extra=fields,
             )
+
+
+def run_events(inbound: Inbound, events: ConversationEvents) -> RunEvents:
+    """The events of the answer `inbound` is getting: made once per answer (turn control may
+    have made them already; an edit's re-run starts new ones)."""
+    if inbound.run is None:
+        inbound.run = events.run(inbound.conversation, inbound.message.message_id)
+    return inbound.run
 
 
 def turn_marker(msg: BotMessage) -> str:
@@ -208,8 +217,10 @@ class AgentTurn:
         ttl: float,
         *,
         approvals: Approvals | None = None,
+        events: ConversationEvents | None = None,
     ) -> None:
         self._approvals = approvals
+        self._events = events
         self._agents = agents
         self._history = history
         self._finished = finished
@@ -223,6 +234,8 @@ class AgentTurn:
             msg = inbound.message
             log.warning("%s: no route for chat %s; message dropped", msg.platform, msg.channel.channel_id)
             return TurnOutcome(TurnStatus.UNROUTABLE)
+        if self._events is not None:
+            inbound.reply.run = run_events(inbound, self._events)
         with _reporting(inbound.conversation, agent) as report:
             result = await self.run(
                 inbound.message, agent, inbound.conversation, inbound.reply, inbound.turn, inbound.replaces
@@ -241,6 +254,9 @@ class AgentTurn:
             return TurnOutcome(TurnStatus.REPLIED, detail="resumed")
         log.info("%s: delivering the committed reply to %s after a restart", msg.platform, msg.message_id)
         delivered = await reply.deliver(Prepared.from_json(raw))
+        if self._events is not None:
+            run = self._events.run(reply.destination.conversation_key, msg.message_id)
+            await run.final(delivered.text, delivered.message_ids, resumed=True)
         return TurnOutcome(TurnStatus.REPLIED, delivered, detail="resumed")
 
     async def run(
@@ -261,7 +277,7 @@ class AgentTurn:
         content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
-        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals))
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run))
         typing = TypingIndicator(reply)
         typing.start()
         try:
@@ -273,7 +289,7 @@ class AgentTurn:
                     tools=tools.used,
                 )
                 if delivered.cancelled:
-                    return TurnOutcome(TurnStatus.CANCELLED, delivered)
+                    return await self._cancelled(reply, delivered)
                 said = "" if delivered.silent else delivered.text
                 if images and not delivered.silent:
                     await self._send_images(reply, images, delivered)
@@ -291,7 +307,7 @@ class AgentTurn:
                         text, model=agent.model, seconds=time.monotonic() - started, tools=tools.used
                     )
                 if prepared is None:
-                    return TurnOutcome(TurnStatus.CANCELLED, Delivered(cancelled=True))
+                    return await self._cancelled(reply, Delivered(cancelled=True))
                 said = "" if prepared.silent else prepared.text
                 if images and not prepared.silent:
                     said = "\n".join(part for part in (said, markers_for(images)) if part)
@@ -304,13 +320,24 @@ class AgentTurn:
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(APOLOGY, purpose="apology")
+            if reply.run is not None:
+                await reply.run.error(str(exc))
             return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))
         finally:
             await typing.stop()
+        if reply.run is not None:
+            await reply.run.final(delivered.text, delivered.message_ids, silent=delivered.silent, cancelled=delivered.cancelled)
         if delivered.silent:
             return TurnOutcome(TurnStatus.SILENT, delivered, history_item=item)
         await self._finished(msg, agent, delivered, time.monotonic() - started)
         return TurnOutcome(TurnStatus.REPLIED, delivered, history_item=item)
+
+    @staticmethod
+    async def _cancelled(reply: ReplyChannel, delivered: Delivered) -> TurnOutcome:
+        """A message_sending hook cancelled the reply."""
+        if reply.run is not None:
+            await reply.run.final("", [], cancelled=True)
+        return TurnOutcome(TurnStatus.CANCELLED, delivered)
 
     async def _history_ops(
         self, conversation: str, agent: Agent, exchange: list[dict[str, Any]], replaces: str | None

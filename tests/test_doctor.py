@@ -102,7 +102,8 @@ async def test_the_cli_prints_one_line_per_check_and_exits_1(
     assert proc.returncode == 1, stderr.decode()
     lines = stdout.decode().splitlines()
     assert lines[0].startswith("ok   config: ")
-    assert sorted(line.split(" ", 1)[0] for line in lines[1:]) == ["FAIL", "ok", "skip", "skip"], lines
+    assert sorted(line.split(" ", 1)[0] for line in lines[1:]) == ["FAIL", "ok", "skip", "skip", "skip"], lines
+    assert "skip gateway: off (no gateway.listen)" in lines
     assert any(line.startswith("FAIL telegram: getMe refused the token") for line in lines)
     assert "Traceback" not in stderr.decode()
 

@@ -7,9 +7,21 @@ import logging
 import subprocess
 import sys
 import textwrap
+import uuid
 
 import pytest
-from botweave.store import Append, MemoryStore, PatientStore, Put, Remove, SQLiteStore, StoreOutage, StoreUnavailable
+from botweave.store import (
+    Append,
+    LogEntry,
+    LogSlice,
+    MemoryStore,
+    PatientStore,
+    Put,
+    Remove,
+    SQLiteStore,
+    StoreOutage,
+    StoreUnavailable,
+)
 from botweave.store.redis import RedisStore
 from botweave.store.sqlite import sqlite_path
 
@@ -267,6 +279,124 @@ async def test_many_operations_at_once_each_land_and_one_failure_stays_its_own(s
     assert await store.get("not-a-number") == "abc"
     committed = await asyncio.gather(*(store.commit("turn:same", [Append("h", (str(n),))]) for n in range(10)))
     assert committed.count(True) == 1 and await store.list_range("h") in ([str(n)] for n in range(10))
+
+
+async def test_a_log_numbers_its_entries_and_keeps_the_newest(store):
+    assert await store.log_read("conv") == LogSlice((), 1, 0)  # nothing yet: head 0
+    seqs = [await store.log_append("conv", f"e{n}", max_len=3) for n in range(1, 6)]
+    assert seqs == [1, 2, 3, 4, 5]
+    held = await store.log_read("conv")
+    assert held == LogSlice(((3, "e3"), (4, "e4"), (5, "e5")), 3, 5)  # the two oldest were trimmed
+    assert await store.log_read("conv", after=3) == LogSlice(((4, "e4"), (5, "e5")), 3, 5)
+    assert await store.log_read("conv", after=0, limit=2) == LogSlice(((3, "e3"), (4, "e4")), 3, 5)
+    assert await store.log_read("conv", after=5) == LogSlice((), 3, 5)
+    assert await store.log_read("conv", after=9) == LogSlice((), 3, 5)
+    assert (await store.log_read("other")).head == 0, "each key is its own log"
+    await store.log_append("other", '{"unicode": "naïve ☕ \\"q\\""}', max_len=10)
+    assert (await store.log_read("other")).entries == ((1, '{"unicode": "naïve ☕ \\"q\\""}'),)
+
+
+async def test_a_log_never_gives_a_number_twice_when_many_append_at_once(store):
+    seqs = await asyncio.gather(*(store.log_append("busy", f"v{n}", max_len=1000) for n in range(60)))
+    assert sorted(seqs) == list(range(1, 61))
+    read = await store.log_read("busy", limit=1000)
+    assert [seq for seq, _ in read.entries] == list(range(1, 61))
+    assert sorted(value for _, value in read.entries) == sorted(f"v{n}" for n in range(60))
+    assert dict(read.entries) == {seq: f"v{n}" for n, seq in enumerate(seqs)}, "each entry under the number it was given"
+
+
+async def test_a_log_append_with_a_unique_key_happens_once(store):
+    assert await store.log_append("u", "first", max_len=10, unique="logonce:a", unique_ttl=60) == 1
+    assert await store.log_append("u", "again", max_len=10, unique="logonce:a", unique_ttl=60) == 0
+    assert await store.log_append("u", "other", max_len=10, unique="logonce:b") == 2
+    racing = await asyncio.gather(*(store.log_append("u", "race", max_len=10, unique="logonce:c") for _ in range(10)))
+    assert sorted(racing) == [0] * 9 + [3]
+    assert [value for _, value in (await store.log_read("u")).entries] == ["first", "other", "race"]
+
+
+async def test_a_log_outlives_the_keys_and_deletions_around_it(store):
+    """The numbering never restarts: deleting or expiring other keys, even one named like the
+    log, leaves it alone."""
+    await store.log_append("keep", "a", max_len=5)
+    await store.set("keep", "a plain value", ttl=0.1)
+    await store.delete("keep")
+    assert await store.log_append("keep", "b", max_len=5) == 2
+    assert "keep" not in await store.keys("")
+
+
+async def test_a_shared_store_feeds_every_append_to_other_processes_in_order(redis_url):
+    """Two connections to one Redis stand for two processes: what one appends, the other's
+    feed reports, each log's entries in the order of their numbers."""
+    prefix = f"feed-{uuid.uuid4().hex}:"
+    writer, reader = RedisStore(redis_url, prefix=prefix), RedisStore(redis_url, prefix=prefix)
+    await writer.connect()
+    await reader.connect()
+    feed = reader.log_feed("ev:")
+    got: list[LogEntry] = []
+
+    async def follow() -> None:
+        async for entry in feed:
+            got.append(entry)
+
+    following = asyncio.create_task(follow())
+    try:
+        await asyncio.sleep(0.3)  # subscribed
+        await asyncio.gather(*(writer.log_append(f"ev:{c}", f"{c}{n}", max_len=50) for n in range(20) for c in "ab"))
+        await writer.log_append("elsewhere", "not under the prefix", max_len=5)
+        for _ in range(100):
+            if len(got) >= 40:
+                break
+            await asyncio.sleep(0.05)
+        assert {e.key for e in got} == {"ev:a", "ev:b"}
+        for conv in "ab":
+            mine = [e for e in got if e.key == f"ev:{conv}"]
+            assert [e.seq for e in mine] == list(range(1, 21))
+            read = dict((await reader.log_read(f"ev:{conv}", limit=50)).entries)
+            assert all(read[e.seq] == e.value for e in mine)
+        assert MemoryStore().log_feed("ev:") is None, "a store of one process has no feed"
+    finally:
+        await feed.close()
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+        await writer.close()
+        await reader.close()
+
+
+async def test_a_feed_that_lost_its_connection_says_so_and_listens_again(redis_url):
+    """Pub/sub keeps nothing for a subscriber that was away: the feed reports the gap (its
+    reader then reads the logs) and goes on with what comes next."""
+    prefix = f"feedgap-{uuid.uuid4().hex}:"
+    store = RedisStore(redis_url, prefix=prefix)
+    await store.connect()
+    feed = store.log_feed("ev:")
+    got: list[LogEntry] = []
+
+    async def follow() -> None:
+        async for entry in feed:
+            got.append(entry)
+
+    following = asyncio.create_task(follow())
+    try:
+        await asyncio.sleep(0.3)
+        await store.log_append("ev:x", "one", max_len=5)
+        await store.client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        for _ in range(100):
+            if any(e.key is None for e in got):
+                break
+            await asyncio.sleep(0.05)
+        await store.log_append("ev:x", "three", max_len=5)
+        for _ in range(100):
+            if any(e.value == "three" for e in got):
+                break
+            await asyncio.sleep(0.05)
+        assert [(e.key, e.value) for e in got if e.key is None or e.value in ("one", "three")] == [
+            ("ev:x", "one"), (None, ""), ("ev:x", "three")
+        ]
+    finally:
+        await feed.close()
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+        await store.close()
 
 
 def test_sqlite_urls_name_relative_and_absolute_files(tmp_path):

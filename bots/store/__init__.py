@@ -1,7 +1,19 @@
 """The state store: one interface (base.py), a backend per module, chosen by URL (url.py),
 and the patience that waits out a store's short outages (patient.py)."""
 
-from botweave.store.base import Append, Operation, Put, Remove, Store, StoreOutage, StoreUnavailable, redact_url
+from botweave.store.base import (
+    Append,
+    LogEntry,
+    LogFeed,
+    LogSlice,
+    Operation,
+    Put,
+    Remove,
+    Store,
+    StoreOutage,
+    StoreUnavailable,
+    redact_url,
+)
 from botweave.store.memory import MemoryStore
 from botweave.store.patient import Patience, PatientStore
 from botweave.store.sqlite import SQLiteStore
@@ -9,6 +21,9 @@ from botweave.store.url import is_shared, open_store
 
 __all__ = [
     "Append",
+    "LogEntry",
+    "LogFeed",
+    "LogSlice",
     "MemoryStore",
     "Operation",
     "Patience",

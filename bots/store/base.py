@@ -10,12 +10,19 @@ appends, the reply it will send) together with a marker, and only when the marke
 so a turn that runs again after a crash can neither apply its effects twice nor half-apply
 them. `slots_acquire` / `slots_release` hold counted slots with an expiry, so a limit on
 concurrent turns holds across processes and a crashed holder's slot comes back by itself.
+
+A bounded log per key (`log_append` / `log_read`) numbers what is appended to it: 1, 2, 3, ...,
+one number after the other in every process sharing the store, never given twice and never
+reset, while only the newest entries are kept. Conversation events live there, so a client
+that was away can ask for everything after the last number it saw, and learn when the log no
+longer reaches back that far. A backend shared by several processes also offers a feed of
+what anyone appends (`log_feed`), so one process can serve the events every process makes.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -50,6 +57,37 @@ class Remove:
 
 
 Operation = Append | Put | Remove
+
+
+@dataclass(frozen=True, slots=True)
+class LogSlice:
+    """Part of a bounded log: `entries` as (seq, value), oldest first; `first`, the oldest seq
+    the log still holds (`head + 1` when it holds none); `head`, the newest seq it ever gave
+    (0 before the first append)."""
+
+    entries: tuple[tuple[int, str], ...]
+    first: int
+    head: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One append as a feed reports it; `key` None marks a gap (the feed was cut off for a
+    while and may have missed appends: whoever follows it reads the logs again)."""
+
+    key: str | None
+    seq: int = 0
+    value: str = ""
+
+
+class LogFeed(ABC):
+    """What is appended to the logs under a prefix, by every process sharing the store."""
+
+    @abstractmethod
+    def __aiter__(self) -> AsyncIterator[LogEntry]: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
 
 
 class Store(ABC):
@@ -131,6 +169,25 @@ class Store(ABC):
     @abstractmethod
     async def slots_held(self, key: str) -> int:
         """How many live slots `key` has."""
+
+    @abstractmethod
+    async def log_append(
+        self, key: str, value: str, *, max_len: int, unique: str | None = None, unique_ttl: float | None = None
+    ) -> int:
+        """Append `value` to the log at `key` under the next seq and keep only the newest
+        `max_len` entries; the seq given. With `unique`, a key naming this append (expiring
+        after `unique_ttl`): when an append under the same `unique` was made before, nothing
+        is appended and 0 is returned, so a retried append happens once."""
+
+    @abstractmethod
+    async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
+        """The entries with a seq above `after`, oldest first, at most `limit` of them."""
+
+    def log_feed(self, prefix: str) -> LogFeed | None:
+        """Appends to logs whose key starts with `prefix` made by any process sharing this
+        store, as they happen; None for a store only this process uses (its appends are known
+        to whoever made them)."""
+        return None
 
 
 class StoreUnavailable(RuntimeError):

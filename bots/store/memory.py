@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from botweave.store.base import Append, CappedSet, Operation, Put, Remove, Store
+from botweave.store.base import Append, CappedSet, LogSlice, Operation, Put, Remove, Store
 
 Clock = Callable[[], float]
 
@@ -19,12 +20,19 @@ class _Entry:
     expires: float | None = None
 
 
+@dataclass(slots=True)
+class _Log:
+    head: int = 0
+    entries: deque[tuple[int, str]] = field(default_factory=deque)
+
+
 @dataclass
 class MemoryStore(Store):
     """Fast, process-local, gone on restart: tests and `--ephemeral`."""
 
     clock: Clock = time.monotonic
     _data: dict[str, _Entry] = field(default_factory=dict)
+    _logs: dict[str, _Log] = field(default_factory=dict)
 
     def _live(self, key: str) -> _Entry | None:
         entry = self._data.get(key)
@@ -151,3 +159,29 @@ class MemoryStore(Store):
 
     async def slots_held(self, key: str) -> int:
         return len(self._holders(key))
+
+    async def log_append(
+        self, key: str, value: str, *, max_len: int, unique: str | None = None, unique_ttl: float | None = None
+    ) -> int:
+        # No await between the check, the number and the append: one step on the event loop.
+        if unique is not None:
+            if self._live(unique) is not None:
+                return 0
+            self._data[unique] = _Entry("1", self._expiry(unique_ttl))
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = _Log()
+        log.head += 1
+        log.entries.append((log.head, value))
+        while len(log.entries) > max(max_len, 1):
+            log.entries.popleft()
+        return log.head
+
+    async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
+        log = self._logs.get(key)
+        if log is None:
+            return LogSlice((), 1, 0)
+        first = log.entries[0][0] if log.entries else log.head + 1
+        skip = max(0, after + 1 - first)
+        picked = [log.entries[i] for i in range(skip, min(len(log.entries), skip + max(limit, 0)))]
+        return LogSlice(tuple(picked), first, log.head)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from botweave.store.base import CappedSet, Operation, Store, StoreOutage
+from botweave.store.base import CappedSet, LogFeed, LogSlice, Operation, Store, StoreOutage
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,19 @@ class PatientStore(Store):
 
     async def slots_held(self, key: str) -> int:
         return await self._patiently(lambda: self.inner.slots_held(key))
+
+    async def log_append(
+        self, key: str, value: str, *, max_len: int, unique: str | None = None, unique_ttl: float | None = None
+    ) -> int:
+        return await self._patiently(
+            lambda: self.inner.log_append(key, value, max_len=max_len, unique=unique, unique_ttl=unique_ttl)
+        )
+
+    async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
+        return await self._patiently(lambda: self.inner.log_read(key, after=after, limit=limit))
+
+    def log_feed(self, prefix: str) -> LogFeed | None:
+        return self.inner.log_feed(prefix)
 
 
 def backend(store: Store) -> Store:

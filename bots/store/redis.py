@@ -11,15 +11,28 @@ otherwise leaves retrying to the caller, which knows whether waiting is worth it
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from botweave.metrics import STORE_ERRORS
-from botweave.store.base import Append, CappedSet, Operation, Put, Store, StoreOutage, StoreUnavailable, redact_url
+from botweave.store.base import (
+    Append,
+    CappedSet,
+    LogEntry,
+    LogFeed,
+    LogSlice,
+    Operation,
+    Put,
+    Store,
+    StoreOutage,
+    StoreUnavailable,
+    redact_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +148,50 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 """
 
+# KEYS[1] the log (a list), KEYS[2] its head counter, KEYS[3] the append's unique key (when
+# ARGV[3] is not ''); ARGV: the value, max_len, the unique key's ttl in ms ('' without one, 0
+# for none), the feed's channel. The number, the append and the feed's message are one step,
+# so the feed carries a log's entries in the order of their numbers.
+_LOG_APPEND = """
+if ARGV[3] ~= '' then
+  local claimed
+  if tonumber(ARGV[3]) > 0 then
+    claimed = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
+  else
+    claimed = redis.call('SET', KEYS[3], '1', 'NX')
+  end
+  if not claimed then
+    return 0
+  end
+end
+local seq = redis.call('INCR', KEYS[2])
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+redis.call('PUBLISH', ARGV[4], seq .. ':' .. ARGV[1])
+return seq
+"""
+
+# The log's entries are numbered one after the other and trimmed from the front, so the list
+# index of a seq is its distance from the oldest one held.
+_LOG_READ = """
+local head = tonumber(redis.call('GET', KEYS[2]) or '0')
+local held = redis.call('LLEN', KEYS[1])
+local first = head - held + 1
+local start = tonumber(ARGV[1]) + 1 - first
+if start < 0 then
+  start = 0
+end
+local items = {}
+local limit = tonumber(ARGV[2])
+if limit > 0 and start < held then
+  items = redis.call('LRANGE', KEYS[1], start, start + limit - 1)
+end
+return {head, first, start, items}
+"""
+
+#: How long the feed waits before subscribing again after its connection failed.
+FEED_RETRY_S = 0.5
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -234,6 +291,8 @@ class RedisStore(Store):
         self._commit = self._redis.register_script(_COMMIT)
         self._acquire = self._redis.register_script(_SLOTS_ACQUIRE)
         self._held = self._redis.register_script(_SLOTS_HELD)
+        self._log_append = self._redis.register_script(_LOG_APPEND)
+        self._log_read = self._redis.register_script(_LOG_READ)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -351,3 +410,95 @@ class RedisStore(Store):
     @_outages
     async def slots_held(self, key: str) -> int:
         return int(await self._held(keys=[self._k(key)]))
+
+    def _feed_channel(self, key: str) -> str:
+        return f"{self.prefix}logfeed:{key}"
+
+    @_outages
+    async def log_append(
+        self, key: str, value: str, *, max_len: int, unique: str | None = None, unique_ttl: float | None = None
+    ) -> int:
+        keys = [self._k(f"log:{key}"), self._k(f"loghead:{key}")]
+        ttl = ""
+        if unique is not None:
+            keys.append(self._k(unique))
+            ttl = str(_ms(unique_ttl) or 0)
+        args = [value, max(max_len, 1), ttl, self._feed_channel(key)]
+        return int(await self._log_append(keys=keys, args=args))
+
+    @_outages
+    async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
+        head, first, start, items = await self._log_read(
+            keys=[self._k(f"log:{key}"), self._k(f"loghead:{key}")], args=[after, max(limit, 0)]
+        )
+        base = int(first) + int(start)
+        return LogSlice(tuple((base + i, str(v)) for i, v in enumerate(items)), int(first), int(head))
+
+    def log_feed(self, prefix: str) -> LogFeed:
+        return _RedisLogFeed(self._redis, self._feed_channel(prefix), len(self._feed_channel("")))
+
+
+class _RedisLogFeed(LogFeed):
+    """Redis pub/sub on the appends' channels. A connection that fails is opened again (by
+    redis-py itself, or here); what was published meanwhile is lost to the feed (pub/sub keeps
+    nothing), so the feed reports a gap once it listens again, and its reader reads the logs."""
+
+    def __init__(self, client: Any, channel_prefix: str, strip: int) -> None:
+        self._client = client
+        self._pattern = channel_prefix + "*"
+        self._strip = strip
+        self._pubsub: Any = None
+        self._closed = False
+        self._reconnected = False
+
+    async def _subscribe(self) -> None:
+        self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.psubscribe(self._pattern)
+        # redis-py reconnects a broken subscription by itself and subscribes again; this
+        # callback (kept by redis-py as a weak method) is how the feed hears of it.
+        self._pubsub.connection.register_connect_callback(self._on_reconnect)
+
+    def _on_reconnect(self, connection: Any) -> None:
+        self._reconnected = True
+
+    async def _drop(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                await pubsub.aclose()
+            except Exception as exc:  # noqa: BLE001 - a connection that broke may not close cleanly
+                log.debug("closing a broken log feed: %s", exc)
+
+    async def __aiter__(self) -> AsyncIterator[LogEntry]:
+        from redis.exceptions import RedisError
+
+        broken = False
+        while not self._closed:
+            try:
+                if self._pubsub is None:
+                    await self._subscribe()
+                    if broken:
+                        broken = False
+                        yield LogEntry(None)
+                message = await self._pubsub.get_message(timeout=1.0)
+                if self._reconnected:
+                    self._reconnected = False
+                    yield LogEntry(None)
+            except (RedisError, OSError) as exc:
+                if self._closed:
+                    return
+                if not broken:
+                    log.warning("the log feed lost Redis (%s: %s); subscribing again", type(exc).__name__, exc)
+                broken = True
+                await self._drop()
+                await asyncio.sleep(FEED_RETRY_S)
+                continue
+            if message is None or message.get("type") != "pmessage":
+                continue
+            seq, _, value = str(message["data"]).partition(":")
+            if seq.isdigit():
+                yield LogEntry(str(message["channel"])[self._strip :], int(seq), value)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._drop()

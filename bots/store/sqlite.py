@@ -37,7 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from botweave.store.base import Append, CappedSet, Operation, Put, Remove, Store, StoreOutage, StoreUnavailable
+from botweave.store.base import (
+    Append,
+    CappedSet,
+    LogSlice,
+    Operation,
+    Put,
+    Remove,
+    Store,
+    StoreOutage,
+    StoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +69,10 @@ CREATE TABLE IF NOT EXISTS zset (
     key TEXT NOT NULL, member TEXT NOT NULL, score REAL NOT NULL, PRIMARY KEY (key, member)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS expiry (key TEXT PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_heads (key TEXT PRIMARY KEY, head INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_items (
+    key TEXT NOT NULL, seq INTEGER NOT NULL, value TEXT NOT NULL, PRIMARY KEY (key, seq)
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires) WHERE expires IS NOT NULL;
 """
 
@@ -482,3 +496,40 @@ class SQLiteStore(Store):
 
     async def slots_held(self, key: str) -> int:
         return await self._do(lambda db: len(self._live_holders(db, key)), write=True)
+
+    async def log_append(
+        self, key: str, value: str, *, max_len: int, unique: str | None = None, unique_ttl: float | None = None
+    ) -> int:
+        # The number and the entry in one write transaction: racing processes number in turn.
+        def run(db: Db) -> int:
+            if unique is not None:
+                if self._live_value(db, unique) is not None:
+                    return 0
+                self._put(db, unique, "1", unique_ttl)
+            rows = _rows(
+                db,
+                "INSERT INTO log_heads (key, head) VALUES (?, 1) "
+                "ON CONFLICT (key) DO UPDATE SET head = head + 1 RETURNING head",
+                (key,),
+            )
+            seq = int(rows[0][0])
+            db.execute("INSERT INTO log_items (key, seq, value) VALUES (?, ?, ?)", (key, seq, value))
+            db.execute("DELETE FROM log_items WHERE key = ? AND seq <= ?", (key, seq - max(max_len, 1)))
+            return seq
+
+        return await self._do(run, write=True)
+
+    async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
+        def run(db: Db) -> LogSlice:
+            heads = _rows(db, "SELECT head FROM log_heads WHERE key = ?", (key,))
+            head = int(heads[0][0]) if heads else 0
+            oldest = _rows(db, "SELECT MIN(seq) FROM log_items WHERE key = ?", (key,))
+            first = int(oldest[0][0]) if oldest and oldest[0][0] is not None else head + 1
+            rows = _rows(
+                db,
+                "SELECT seq, value FROM log_items WHERE key = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (key, after, max(limit, 0)),
+            )
+            return LogSlice(tuple((int(seq), str(value)) for seq, value in rows), first, head)
+
+        return await self._do(run, write=False)

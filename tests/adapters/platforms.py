@@ -10,7 +10,9 @@ a file, or the bot's own post coming back.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 import os
 import re
 import shutil
@@ -31,6 +33,11 @@ from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.slack.format import reaction_to_emoji, unescape
 from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.events import ConversationEvents
+from botweave.gateway import Client, GatewayConfig, WebAdapter, WebConfig
+from botweave.gateway.server import Gateway
+from botweave.methods import MethodRegistry
+from botweave.store import MemoryStore
 from botweave.types import BotMessage, PlatformEvent
 
 from tests.emulators import discord as discord_emulator
@@ -485,6 +492,129 @@ class ConsoleDriver(PlatformDriver):
         return posted
 
 
+class WebStore(MemoryStore):
+    """The web platform's side of the store, as the platform's own servers would see it: the
+    bytes of every file kept, and how often a file's bytes were read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: dict[str, bytes] = {}
+        self.fetches = 0
+
+    async def set(self, key: str, value: str, *, ttl: float | None = None) -> None:
+        if key.startswith("gwfiledata:"):
+            self.files[key.removeprefix("gwfiledata:")] = base64.b64decode(value)
+        await super().set(key, value, ttl=ttl)
+
+    async def get(self, key: str) -> str | None:
+        if key.startswith("gwfiledata:"):
+            self.fetches += 1
+        return await super().get(key)
+
+
+class WebDriver(PlatformDriver):
+    """The web platform: the gateway in front of the adapter, a person at the Python client.
+    What the platform "shows" is what its conversation events published, as they were
+    published (a listener in this process keeps each message's newest record)."""
+
+    name = "web"
+    drops_own_posts = True  # the bot's posts are events, never read back as messages
+    unknown_id = "b-00000000000000000000"
+
+    async def start(self) -> None:
+        self.store = WebStore()
+        self.events = ConversationEvents(self.store)
+        self.shown: dict[str, dict[str, dict[str, Any]]] = {}  # conversation -> message id -> record
+        self.published = 0
+        self.events.listen(self._published)
+        self.adapter = self.make_adapter()
+        self.adapter.bind(self._sink, events=self.events)
+        await self.adapter.start()
+        self.gateway = Gateway(
+            GatewayConfig(listen="127.0.0.1:0"), self.events, MethodRegistry(), web_platform=lambda: self.adapter
+        )
+        await self.gateway.start()
+        self.client = Client(self.gateway.url)
+        await self.client.connect()
+        self.chat = await self.client.create_session("contract")
+        self.person = "local"  # no token anywhere, loopback: the person at this machine
+        self.conversation = f"web:{self.chat}"
+
+    def _published(self, conversation: str, seq: int, logged: str) -> None:
+        event = json.loads(logged)
+        if event["event"] == "message":
+            self.published += 1
+            self.shown.setdefault(conversation, {})[event["data"]["id"]] = event["data"]
+
+    async def stop(self) -> None:
+        await self.client.close()
+        await self.gateway.stop()
+        await self.adapter.stop()
+
+    def make_adapter(self) -> Adapter:
+        return WebAdapter(WebConfig())
+
+    def _message(self, message_id: str) -> dict[str, Any] | None:
+        record = self.shown.get(self.conversation, {}).get(message_id)
+        return None if record is None or record.get("deleted") else record
+
+    def text_of(self, message_id: str) -> str | None:
+        record = self._message(message_id)
+        return record["text"] if record else None
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        record = self._message(message_id)
+        return list(record["reactions"]) if record else []
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        record = self._message(message_id)
+        assert record is not None
+        return record["author"]["name"], record["text"]
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        """What reached the person's inbox session (any session of theirs but this chat)."""
+        return [m["text"] for c, messages in self.shown.items() if c != self.conversation for m in messages.values()]
+
+    def sent_so_far(self) -> object:
+        return self.published
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        await self.client.send(self.chat, text)
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        return []
+
+    def files_posted(self) -> list[PostedFile]:
+        posted = []
+        for record in self.shown.get(self.conversation, {}).values():
+            if record["author"]["kind"] == "user":
+                continue
+            for ref in record["attachments"]:
+                data = self.store.files[ref["file_id"]]
+                posted.append(PostedFile("attachment", ref["filename"], data, record["text"], record["id"]))
+        return posted
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        """An upload: the gateway counts the bytes itself, so a size the person claims plays
+        no part (`declared_size` is what another platform would have said)."""
+        before = len(self.received)
+        file_id = await self.client.upload(data, filename, mime)
+        await self.client.send(self.chat, caption, attachments=[file_id])
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return self.store.fetches
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        await self.client.send(self.chat, text, reply_to=to.message_id)
+        return await self._next_message(before)
+
+
 DRIVERS: dict[str, type[PlatformDriver]] = {
-    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver)
+    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver)
 }
