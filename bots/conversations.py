@@ -15,6 +15,13 @@ from contextlib import asynccontextmanager
 from botweave.types import META_CONVERSATION, BotMessage
 
 
+def direct_conversation(platform: str, user_id: str) -> str:
+    """The key of a person's direct conversation on a platform. It names the person, not the
+    chat: every post there (an answer, a welcome, an approval request) is found under it,
+    whatever chat id the platform gives the direct chat."""
+    return f"{platform}:dm:{user_id}"
+
+
 def conversation_key(msg: BotMessage) -> str:
     """`platform:chat_id[:thread_id]`; a DM is keyed by its user so history follows the person.
     A platform whose chats are conversations of their own (web sessions) names the key itself."""
@@ -22,7 +29,7 @@ def conversation_key(msg: BotMessage) -> str:
     if named:
         return str(named)
     if msg.channel.channel_type == "dm":
-        return f"{msg.platform}:dm:{msg.sender.user_id}"
+        return direct_conversation(msg.platform, msg.sender.user_id)
     base = f"{msg.platform}:{msg.channel.channel_id}"
     return f"{base}:{msg.thread_id}" if msg.thread_id else base
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from botweave.adapter import Adapter
 from botweave.config import BotConfig
-from botweave.conversations import conversation_key
+from botweave.conversations import conversation_key, direct_conversation
 from botweave.events import ConversationEvents, RunEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
@@ -263,7 +263,7 @@ class Delivery:
         """A direct message to a person (pairing, notifications, approval requests), through
         the same hooks; `buttons` go under the last chunk. `Delivered.chat_id` is the direct
         chat it went to."""
-        to = Destination(adapter, user_id, conversation=f"{adapter.platform}:dm:{user_id}")
+        to = Destination(adapter, user_id, conversation=direct_conversation(adapter.platform, user_id))
         delivered = Delivered()
         final = await self.before_send(to, text, None)
         if final is None:

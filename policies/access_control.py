@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from botweave.adapter import Adapter
 from botweave.config import BotConfig
+from botweave.conversations import direct_conversation
 from botweave.delivery import Delivery, Destination
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, Params
@@ -57,7 +58,7 @@ class PairingDecision(Params):
 
 def shown(request: PendingRequest) -> dict[str, Any]:
     """A pending request as the gateway's clients see it (never the code's hash)."""
-    return {k: v for k, v in asdict(request).items() if k != "code_hash"}
+    return {k: v for k, v in asdict(request).items() if k not in ("code_hash", "conversation")}
 
 
 class AccessControl:
@@ -146,7 +147,9 @@ class AccessControl:
     async def offer_pairing(self, inbound: Inbound) -> TurnOutcome:
         """Give an unknown user a code (once while it is pending) and let the owner know."""
         msg = inbound.message
-        result = await self.pairing.request(msg.platform, msg.sender.user_id, msg.sender.name, msg.channel.channel_id)
+        result = await self.pairing.request(
+            msg.platform, msg.sender.user_id, msg.sender.name, msg.channel.channel_id, inbound.conversation
+        )
         if result.status == "too_many_pending":
             if not await self.pairing.first_refusal(msg.platform, msg.sender.user_id):
                 return TurnOutcome(TurnStatus.PAIRING_FULL)  # told already, within the window
@@ -167,7 +170,7 @@ class AccessControl:
             request = {"platform": msg.platform, "user_id": msg.sender.user_id, "name": msg.sender.name,
                        "chat_id": msg.channel.channel_id, "owner": owner}
             # the person's direct conversation, where a request and its answer are both found
-            await self._events.publish(f"{msg.platform}:dm:{msg.sender.user_id}", "pairing.requested", request)
+            await self._events.publish(direct_conversation(msg.platform, msg.sender.user_id), "pairing.requested", request)
         if owner:
             command = self.cli_command(msg.platform, code)
             await self._delivery.post_direct(
@@ -187,10 +190,14 @@ class AccessControl:
         answer, welcome = await self._pair(inbound)
         await inbound.reply.send_text(answer, purpose="command")
         if welcome is not None:
-            await self._delivery.post(Destination(inbound.adapter, welcome), WELCOME)
+            await self.welcome(inbound.adapter, welcome)
 
-    async def _pair(self, inbound: Inbound) -> tuple[str, str | None]:
-        """The answer for the owner and, on approval, the chat to welcome the user in."""
+    async def welcome(self, adapter: Adapter, request: PendingRequest) -> None:
+        """Welcome an approved person where they asked, in that conversation's events too."""
+        await self._delivery.post(Destination(adapter, request.chat_id, conversation=request.conversation or None), WELCOME)
+
+    async def _pair(self, inbound: Inbound) -> tuple[str, PendingRequest | None]:
+        """The answer for the owner and, on approval, the request of the person to welcome."""
         msg = inbound.message
         args = msg.command_args
         owner = await self.owner(msg.platform, inbound.config)
@@ -211,13 +218,12 @@ class AccessControl:
             return "No pending request has that code.", None
         request = result.request
         await self._resolved(request, "approved", msg.sender.name, owner)
-        return f"Approved {request.name} (id {request.user_id}).", request.chat_id
+        return f"Approved {request.name} (id {request.user_id}).", request
 
     async def _resolved(self, request: PendingRequest, outcome: str, by: str, owner: str | None) -> None:
         if self._events is not None:
             data = {"platform": request.platform, "user_id": request.user_id, "outcome": outcome, "by": by, "owner": owner}
-            conversation = f"{request.platform}:dm:{request.user_id}"
-            await self._events.publish(conversation, "pairing.resolved", data)
+            await self._events.publish(direct_conversation(request.platform, request.user_id), "pairing.resolved", data)
 
     # --- the gateway ------------------------------------------------------------------------
 
@@ -262,7 +268,7 @@ class AccessControl:
             request = await decide(caller, params, True)
             adapter = adapters.get(request.platform)
             if adapter is not None:
-                await self._delivery.post(Destination(adapter, request.chat_id), WELCOME)
+                await self.welcome(adapter, request)
             return {"user_id": request.user_id, "name": request.name}
 
         async def deny(caller: Caller, params: PairingDecision) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from botweave.adapter import Adapter
 from botweave.buttons import ButtonBook
-from botweave.conversations import conversation_key
+from botweave.conversations import conversation_key, direct_conversation
 from botweave.delivery import PROCESS, Delivery, Destination
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
@@ -172,6 +172,9 @@ class Request:
     conversation: str = ""
     agent: str = ""
     arguments: Any = None
+    #: The conversation the request itself was posted in (the turn's own, or the owner's
+    #: direct one), where its decision is shown.
+    posted_in: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -319,10 +322,12 @@ class ApprovalDesk:
         if approver == "owner":
             delivered = await self._delivery.post_direct(adapter, request.approver_id, request.text, buttons=buttons)
             request.chat_id = delivered.chat_id
+            request.posted_in = direct_conversation(request.platform, request.approver_id)
         else:
-            to = Destination(adapter, chat_id, thread_id, reply_to=origin_id)
+            to = Destination(adapter, chat_id, thread_id, reply_to=origin_id, conversation=request.conversation)
             delivered = await self._delivery.post(to, request.text, buttons=buttons)
             request.chat_id, request.thread_id = chat_id, thread_id
+            request.posted_in = request.conversation
         if delivered.cancelled:
             return "a message_sending hook cancelled the request"
         if delivered.failures or not delivered.message_ids or request.chat_id is None:
@@ -369,7 +374,7 @@ class ApprovalDesk:
         adapter = self._adapters.get(request.platform)
         if adapter is None or request.chat_id is None or request.message_id is None:
             return
-        to = Destination(adapter, request.chat_id, request.thread_id, conversation=request.conversation or None)
+        to = Destination(adapter, request.chat_id, request.thread_id, conversation=request.posted_in or None)
         result = await self._delivery.edit(to, request.message_id, f"{request.text}\n\n{decision.line()}", buttons=())
         if not result.ok:
             log.warning("approval %s: could not show the decision: %s %s", request.id, result.status, result.detail)

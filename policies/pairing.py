@@ -52,6 +52,9 @@ class PendingRequest:
     chat_id: str
     created: float
     code_hash: str
+    #: The conversation the request was made in, where the welcome is posted ("" in records
+    #: kept before it was: then the welcome's chat names it).
+    conversation: str = ""
 
 
 def _as_dict(request: PendingRequest) -> dict[str, object]:
@@ -84,7 +87,7 @@ class Pairing:
     def _hash(platform: str, code: str) -> str:
         return hashlib.sha256(f"{platform}:{normalise(code)}".encode()).hexdigest()
 
-    async def request(self, platform: str, user_id: str, name: str, chat_id: str) -> RequestResult:
+    async def request(self, platform: str, user_id: str, name: str, chat_id: str, conversation: str = "") -> RequestResult:
         """A code for `user_id`, unless they have one pending or MAX_PENDING codes wait already.
 
         The user's pending request is the capped key (`pair:user:<platform>:<user>`, holding the
@@ -92,7 +95,7 @@ class Pairing:
         """
         code = new_code()
         code_hash = self._hash(platform, code)
-        request = PendingRequest(platform, user_id, name, chat_id, self._clock(), code_hash)
+        request = PendingRequest(platform, user_id, name, chat_id, self._clock(), code_hash, conversation)
         claimed = await self._store.set_if_absent_capped(
             self._user_key(platform, user_id),
             json.dumps(_as_dict(request)),

@@ -136,6 +136,30 @@ async def test_the_owner_answers_pairing_requests_from_the_gateway(start_app, te
     await wait_until(lambda: any("heard: now?" in t for t in emu.sent_texts(CAROL["id"])), 20, "Carol answered")
 
 
+async def test_a_telegram_dm_is_one_conversation_from_pairing_to_approvals(start_app, telegram_emulator) -> None:
+    emu = telegram_emulator
+    telegram = {"unknown_user_policy": "pair", "owner_user_id": "1", **adapter_config(emu)}
+    app = await start_app(bot_config(telegram=telegram))
+    async with client(app, "root") as root:
+        emu.push_message(emu.private_chat(CAROL), CAROL, "hello?")
+        await root.next_event(where=lambda e: e.event == "pairing.requested")
+        await root.call("pairing.approve", {"platform": "telegram", "user_id": "7"})
+        await wait_until(lambda: "You're approved. Say hello!" in emu.sent_texts(CAROL["id"]), 10, "the welcome")
+        emu.push_message(emu.private_chat(CAROL), CAROL, CALL)
+        requested = await root.next_event(where=lambda e: e.event == "approval.requested")
+        await root.call("approvals.resolve", {"id": requested.data["id"], "decision": "approve"})
+        await wait_until(lambda: any("sent 5 to Bob" in t for t in emu.sent_texts(CAROL["id"])), 20, "Carol's answer")
+        listed = [c["conversation"] for c in (await root.call("conversations.list", {"platform": "telegram"}))["conversations"]]
+        history = (await root.call("chat.history", {"conversation": "telegram:dm:7"}))["messages"]
+    assert sorted(listed) == ["telegram:dm:1", "telegram:dm:7"], "Carol's chat once, and the owner's where the request was told"
+    texts = [m["text"] for m in history]
+    assert texts[0].startswith("Hi! I don't know you yet.") and texts[1] == "You're approved. Say hello!"
+    assert texts[2] == CALL
+    request = next(m for m in history if m["text"].startswith("Approval needed"))
+    assert "Approved by root" in request["text"] and request["buttons"] == [], "the decision shows on the request itself"
+    assert "sent 5 to Bob" in texts[-1]
+
+
 async def test_a_platform_owner_is_needed_to_answer_its_pairing(start_app, telegram_emulator) -> None:
     emu = telegram_emulator
     telegram = {"unknown_user_policy": "pair", "owner_user_id": "99", **adapter_config(emu)}  # someone else
