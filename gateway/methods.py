@@ -2,8 +2,8 @@
 register theirs in the same registry (approvals, pairing, rooms); see botweave.methods.
 
 Chat methods turn a client's request into what a platform would have sent: `chat.send` a
-`BotMessage` from the principal in the session, `chat.stop` the `/stop` command, `chat.edit`
-and `chat.delete` a `message_edited` / `message_deleted` event. All of them enter the
+`BotMessage` from the principal in the session, `chat.stop` the `/stop` command (turn
+control, so not kept as a message of the session), `chat.edit` and `chat.delete` a `message_edited` / `message_deleted` event. All of them enter the
 runtime through the web adapter's `dispatch`, so the pipeline treats them as it treats the
 same things on Telegram.
 """
@@ -267,9 +267,11 @@ class GatewayMethods:
         return {"message_id": message_id, "conversation": conversation}
 
     async def chat_stop(self, caller: Caller, params: SessionRef) -> dict[str, Any]:
+        """Turn control, not something the person said: the pipeline gets a `/stop` as from
+        any platform, and the session's transcript does not (the bot's answer to it is the
+        session's only trace of it, and that answer names the stop's id as what it replies to)."""
         session = await self._session(caller, params.session)
         message_id = f"w-stop-{uuid.uuid4().hex[:16]}"
-        await self.events.post(session.conversation, user_message(message_id, caller, "/stop"), title=session.title)
         await self._dispatch(self._message(caller, session, message_id, "/stop"))
         return {"message_id": message_id}
 

@@ -118,6 +118,23 @@ async def test_stop_cuts_the_running_answer_short_like_slash_stop(app: App, llm:
     assert "word59" not in streamed[0]["text"]
 
 
+async def test_stop_is_turn_control_and_never_a_message_of_the_person(app: App, llm: OpenAIEmulator) -> None:
+    llm.queue(Reply(text=" ".join(f"word{n}" for n in range(60)), chunk_delay=0.05))
+    async with client(app) as ann, client(app, "root") as watcher:
+        session = await ann.create_session()
+        await watcher.subscribe(f"web:{session}")
+        await ann.send(session, "tell me a long story")
+        await ann.next_event(where=lambda e: e.event == "delta")
+        stop_id = (await ann.call("chat.stop", {"session": session}))["message_id"]
+        events = await collect(watcher, lambda seen: has(seen, "message", text="Stopped."))
+        history = (await ann.call("chat.history", {"conversation": f"web:{session}"}))["messages"]
+    people = [e.data["text"] for e in events if e.event == "message" and e.data["author"]["kind"] == "user"]
+    assert people == ["tell me a long story"], "a watcher sees what the person said, not the stop"
+    assert [m["text"] for m in history if m["author"]["kind"] == "user"] == ["tell me a long story"]
+    said = next(m for m in history if m["text"] == "Stopped.")
+    assert said["author"]["kind"] == "bot" and said["reply_to"] == stop_id
+
+
 async def test_an_edit_while_the_answer_runs_answers_the_new_text_instead(app: App, llm: OpenAIEmulator) -> None:
     llm.queue(Reply(text=" ".join(f"old{n}" for n in range(60)), chunk_delay=0.05), "the new answer")
     async with client(app) as ann:
