@@ -134,6 +134,7 @@ class GatewayMethods:
 
     def register(self, registry: MethodRegistry) -> None:
         add = registry.register
+        add("agents.list", self.agents_list, scope="read", help="the agents a session may talk to")
         add("sessions.list", self.sessions_list, scope="read", help="the principal's sessions")
         add("sessions.create", self.sessions_create, scope="write", params=SessionCreate)
         add("sessions.rename", self.sessions_rename, scope="write", params=SessionRename)
@@ -171,6 +172,11 @@ class GatewayMethods:
         if listing is not None:
             shown["updated"] = max(session.updated, float(listing.get("last_at") or 0))
         return shown
+
+    async def agents_list(self, caller: Caller, params: NoParams) -> dict[str, Any]:
+        """What `sessions.create` takes as `agent`: a client offers these instead of asking
+        for a name it would have to guess."""
+        return {"agents": [{"name": name} for name in self.gateway.agents]}
 
     async def sessions_list(self, caller: Caller, params: NoParams) -> dict[str, Any]:
         if caller.conversations is not None:

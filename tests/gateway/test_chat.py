@@ -100,6 +100,16 @@ async def test_sessions_belong_to_their_principal(app: App) -> None:
         assert gone.value.code == "not_found"
 
 
+async def test_the_agents_a_session_may_talk_to_are_listed_to_pick_from(start_app, llm: OpenAIEmulator) -> None:
+    model = {"model": "openai/gpt-4o-mini", "api_base": llm.base_url, "api_key": "sk-test"}
+    app = await start_app(config(llm, agents={"helper": model, "critic": model}))
+    async with client(app, "eve") as eve, client(app, "ann") as ann:
+        assert await eve.call("agents.list") == {"agents": [{"name": "helper"}, {"name": "critic"}]}, "read is enough"
+        picked = (await ann.call("agents.list"))["agents"][1]["name"]
+        session = (await ann.call("sessions.create", {"agent": picked}))["session"]
+    assert session["agent"] == "critic"
+
+
 async def test_stop_cuts_the_running_answer_short_like_slash_stop(app: App, llm: OpenAIEmulator) -> None:
     llm.queue(Reply(text=" ".join(f"word{n}" for n in range(60)), chunk_delay=0.05))
     async with client(app) as ann:
