@@ -87,6 +87,12 @@ async def test_chat_streams_the_answer_and_stop_cuts_it(stack: Stack) -> None:
     await page.click("#stop")
     await page.wait_for_selector(".run[data-status=stopped]", state="attached", timeout=20_000)
     await page.wait_for_selector("#stop", state="hidden")
+    await page.wait_for_function(  # the bot says what it did
+        "() => [...document.querySelectorAll('article.msg[data-kind=bot] .body')].some((b) => b.innerText.trim() === 'Stopped.')",
+        timeout=20_000,
+    )
+    people = await page.locator(".timeline article.msg[data-kind=user] .body").all_inner_texts()
+    assert [t.strip() for t in people] == ["hello there", "tell me slowly"], "stopping is not a message of the person"
     shown = " ".join(await page.locator(".timeline").all_inner_texts())
     words = re.findall(r"\bw(\d+)\b", shown)
     assert words and int(words[-1]) < SLOW_WORDS - 1, "the answer was stopped before its end"
@@ -97,6 +103,98 @@ async def test_chat_streams_the_answer_and_stop_cuts_it(stack: Stack) -> None:
     await page.emulate_media(color_scheme="dark")
     await page.screenshot(path=screenshot_path("chat-375-dark"))
     print(f"screenshots: {screenshot_path('chat-desktop')} {screenshot_path('chat-375')} {screenshot_path('chat-375-dark')}")
+    await stack.done(page)
+
+
+async def test_a_new_chat_talks_to_the_agent_picked_from_the_gateways_list(stack: Stack) -> None:
+    page = await stack.page()
+    picker = page.locator("#new-agent")
+    await page.wait_for_function("() => document.querySelectorAll('#new-agent option').length > 1")
+    offered = await picker.locator("option").evaluate_all("options => options.map((o) => [o.value, o.textContent])")
+    assert offered == [["", "Default agent"], ["alice", "alice"], ["assistant", "assistant"], ["bob", "bob"]]  # bot.yaml's
+    assert await page.locator("input#new-agent").count() == 0, "nothing to type a name into"
+    await picker.select_option("alice")
+    session = await stack.new_chat(page)
+    assert await page.inner_text(".conv-sub") == "alice"
+    assert "alice" in await page.inner_text(f".item[data-session='{session}'] .item-sub")
+    await stack.say(page, "who is there?")
+    await page.wait_for_selector("article.msg[data-kind=bot]:has-text('alice on it')", timeout=60_000)
+    await stack.done(page)
+
+
+async def test_deleting_a_sent_message_cancels_its_answer(stack: Stack) -> None:
+    page = await stack.page()
+    session = await stack.new_chat(page)
+    await stack.say(page, "tell me slowly, then forget it")
+    await page.wait_for_selector("article.msg.live[data-kind=bot] .body", timeout=30_000)
+    mine = page.locator(".timeline article.msg[data-kind=user]")
+    await mine.locator("button.delete").click()
+    await mine.locator("button.delete:has-text('Delete it?')").click()
+    await mine.locator(".deleted:has-text('message deleted')").wait_for(timeout=20_000)
+    await page.wait_for_selector(".run[data-status=stopped]", state="attached", timeout=20_000)
+    await page.wait_for_selector("#stop", state="hidden")
+    shown = " ".join(await page.locator(".timeline").all_inner_texts())
+    assert "forget it" not in shown
+    words = re.findall(r"\bw(\d+)\b", shown)
+    assert not words or int(words[-1]) < SLOW_WORDS - 1, "the answer was cancelled before its end"
+    async with Client(stack.ws_url, GATEWAY_TOKEN) as client:
+        history = (await client.call("chat.history", {"conversation": f"web:{session}"}))["messages"]
+    person = [m for m in history if m["author"]["kind"] == "user"]
+    assert [(m["deleted"], m["text"]) for m in person] == [(True, "")]
+    await stack.done(page)
+
+
+async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revoked(stack: Stack) -> None:
+    page = await stack.page()
+    await stack.new_chat(page)
+    await stack.say(page, "hello share")
+    await page.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: hello share')", timeout=60_000)
+    await page.click(".conv-actions button:has-text('Share')")
+    await page.select_option("#share-expiry", "3600")
+    await page.click("#share-panel button:has-text('Create token')")
+    token = await page.locator("#share-panel .share-token").input_value()
+    assert token and token != GATEWAY_TOKEN
+    assert token not in page.url
+    await page.screenshot(path=screenshot_path("share-desktop"))
+    # Someone else signs in with it: they read this chat, live, and can do nothing to it.
+    context = await stack.browser.new_context(viewport={"width": 375, "height": 760})
+    reader = await context.new_page()
+    reader.errors = []
+    reader.on("pageerror", lambda error: reader.errors.append(str(error)))
+    await reader.goto(stack.relay.base_url + "/")
+    await reader.fill("#token", token)
+    await reader.press("#token", "Enter")
+    await reader.wait_for_selector("#conn[data-state=open]", timeout=20_000)
+    await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: hello share')", timeout=20_000)
+    for control in ("#composer", ".new-session", ".conv-actions button", "button.edit", "button.delete", "#picker"):
+        assert await reader.locator(control).count() == 0, control
+    await stack.say(page, "and more")
+    await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: and more')", timeout=60_000)
+    assert await reader.evaluate(NO_HORIZONTAL_SCROLL)
+    await reader.screenshot(path=screenshot_path("shared-375"))
+    print(f"screenshots: {screenshot_path('share-desktop')} {screenshot_path('shared-375')}")
+    await page.click("#share-panel button:has-text('Revoke')")
+    await page.wait_for_selector("#share-panel .share[data-revoked=true]")
+    await reader.wait_for_selector(".signin .notice:has-text('revoked')", timeout=20_000)
+    assert await reader.evaluate("sessionStorage.getItem('botweave.token')") is None
+    assert not reader.errors, reader.errors
+    await context.close()
+    await stack.done(page)
+
+
+async def test_the_status_view_follows_who_comes_and_goes(stack: Stack) -> None:
+    page = await stack.page()
+    await page.click("[data-view=status]")
+    await page.wait_for_selector("#health.health-ok")
+    rows = page.locator(".presence li")
+    await rows.first.wait_for()
+    before = await rows.count()
+    other = await stack.page()
+    await page.wait_for_function(f"() => document.querySelectorAll('.presence li').length === {before + 1}", timeout=10_000)
+    await page.screenshot(path=screenshot_path("status-desktop"))
+    print(f"screenshots: {screenshot_path('status-desktop')}")
+    await stack.done(other)
+    await page.wait_for_function(f"() => document.querySelectorAll('.presence li').length === {before}", timeout=10_000)
     await stack.done(page)
 
 

@@ -49,6 +49,11 @@ class Page {
     this.files = new Map(); // file_id -> Promise of an object URL
     this.health = null;
     this.rooms = [];
+    this.agents = []; // what agents.list answered: the agents a new chat may talk to
+    this.newAgent = ""; // the agent picked for the next new chat ("" = the default)
+    this.sharing = null; // the session whose share panel is open
+    this.shareSeconds = 86400;
+    this.shares = new Map(); // session id -> shares made in this tab: {share_id, token, expires_at, revoked}
     this.scheduled = false;
     this.status = { name: "closed", detail: {} };
   }
@@ -136,6 +141,10 @@ class Page {
     this.schedule();
     this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
     if (this.can("rooms.list")) this.call("rooms.list").then((r) => { this.rooms = r.rooms ?? []; this.schedule(); }, () => {});
+    if (this.can("agents.list")) this.call("agents.list").then((r) => { this.agents = r.agents ?? []; this.schedule(); }, () => {});
+    if (this.open === null && this.state.principal?.kind === "share" && this.state.sessions.size === 1) {
+      this.openConversation([...this.state.sessions.values()][0].conversation); // a share reads its one chat
+    }
     if (this.view === "watch") this.loadListing();
     if (this.open !== null && !conversation(this.state, this.open).following) await this.follow(this.open);
     for (const { conversation: key, echo } of unsentEchoes(this.state)) this.sendEcho(key, echo);
@@ -309,6 +318,35 @@ class Page {
     return this.files.get(fileId);
   }
 
+  async deleteMessage(session, message) {
+    try {
+      await this.call("chat.delete", { session: session.id, message_id: message.id });
+    } catch (error) {
+      this.complain(error);
+    }
+  }
+
+  /** A read-only token for one session; shown in this tab only, for the person to pass on. */
+  async createShare(session) {
+    try {
+      const share = await this.call("shares.create", { session: session.id, expires_seconds: this.shareSeconds });
+      this.shares.set(session.id, [...(this.shares.get(session.id) ?? []), share]);
+    } catch (error) {
+      this.complain(error);
+    }
+    this.renderMain();
+  }
+
+  async revokeShare(share) {
+    try {
+      await this.call("shares.revoke", { share_id: share.share_id });
+      share.revoked = true;
+    } catch (error) {
+      this.complain(error);
+    }
+    this.renderMain();
+  }
+
   async resolveApproval(id, decision) {
     try {
       await this.call("approvals.resolve", { id, decision });
@@ -433,15 +471,19 @@ class Page {
       search.focus();
       search.setSelectionRange(search.value.length, search.value.length);
     }
+    if (focused === "new-agent") document.getElementById("new-agent")?.focus();
   }
 
   sessionsPanel() {
-    const agents = [...new Set([...this.state.sessions.values()].map((s) => s.agent).filter(Boolean))];
-    const agentInput = h("input", { id: "new-agent", list: "agents", placeholder: "agent (default)", "aria-label": "Agent for a new chat", autocomplete: "off" });
-    const create = h("form", { class: "new-session", onsubmit: (e) => { e.preventDefault(); this.createSession(agentInput.value.trim()); } },
-      agentInput,
-      h("datalist", { id: "agents" }, agents.map((a) => h("option", { value: a }))),
-      h("button", { type: "submit", class: "primary", disabled: !this.can("sessions.create") }, "New chat"));
+    // The agents come from the gateway (agents.list): a person picks one, never types a name.
+    const picker = h("select", { id: "new-agent", "aria-label": "Agent for a new chat", onchange: (e) => { this.newAgent = e.target.value; } },
+      h("option", { value: "" }, "Default agent"),
+      this.agents.map((a) => h("option", { value: a.name }, a.name)));
+    picker.value = this.agents.some((a) => a.name === this.newAgent) ? this.newAgent : "";
+    const create = this.can("sessions.create")
+      ? h("form", { class: "new-session", onsubmit: (e) => { e.preventDefault(); this.createSession(picker.value); } },
+        picker, h("button", { type: "submit", class: "primary" }, "New chat"))
+      : null;
     const search = h("input", { id: "search", type: "search", value: this.search, placeholder: "Search chats", "aria-label": "Search chats", oninput: (e) => { this.search = e.target.value; this.renderSidebar(); } });
     const needle = this.search.toLowerCase();
     const sessions = [...this.state.sessions.values()]
@@ -489,10 +531,10 @@ class Page {
     if (!main._parts) {
       const head = h("div", { class: "conv-head" });
       const log = h("div", { class: "timeline", role: "log", "aria-live": "polite", "aria-label": "Messages" });
-      main._parts = { head, log, composer: session ? this.composer(session) : null };
+      main._parts = { head, log, composer: session && this.can("chat.send") ? this.composer(session) : null };
       main.append(head, log);
       if (main._parts.composer) main.append(main._parts.composer);
-      if (session) this.dropZone(main);
+      if (main._parts.composer) this.dropZone(main);
     }
     const { head, log } = main._parts;
     this.conversationHead(head, key, session);
@@ -527,21 +569,54 @@ class Page {
     if (head.dataset.editing === "true") return;
     const room = this.rooms.find((r) => (r.conversations ?? []).includes(key));
     const title = this.titleOf(key);
+    // Drawn again only when it changed: a streamed answer must not reset a token being copied.
+    const shares = (this.shares.get(session?.id) ?? []).map((s) => `${s.share_id}:${Boolean(s.revoked)}`);
+    const sig = JSON.stringify([key, title, session?.agent, room?.name, room?.members?.length, this.sharing, shares, this.state.methods]);
+    if (head.dataset.sig === sig) return;
+    head.dataset.sig = sig;
     const actions = [];
-    if (session) {
-      actions.push(h("button", { class: "quiet", onclick: () => this.startRename(head, session) }, "Rename"));
-      actions.push(this.confirmButton("Delete", "Delete this chat?", () => this.deleteSession(session)));
+    if (session && this.can("shares.create")) {
+      const open = this.sharing === session.id;
+      actions.push(h("button", { class: "quiet", "aria-expanded": String(open), "aria-controls": "share-panel",
+        onclick: () => { this.sharing = open ? null : session.id; this.renderMain(); } }, "Share"));
     }
+    if (session && this.can("sessions.rename")) actions.push(h("button", { class: "quiet", onclick: () => this.startRename(head, session) }, "Rename"));
+    if (session && this.can("sessions.delete")) actions.push(this.confirmButton("Delete", "Delete this chat?", () => this.deleteSession(session)));
     fill(head,
       h("div", { class: "conv-title" },
         h("h2", { id: "conv-title" }, title),
         h("span", { class: "muted conv-sub" }, session ? session.agent ?? "" : [room ? `room ${room.name}` : null, title !== key ? key : null].filter(Boolean).join(" · ")),
         room ? h("span", { class: "members" }, room.members.map((m) => this.agentChip(m.name, m.icon_emoji))) : null),
-      h("div", { class: "conv-actions" }, actions));
+      h("div", { class: "conv-actions" }, actions),
+      session && this.sharing === session.id ? this.sharePanel(session) : null);
+  }
+
+  /** Read-only tokens for a chat: made here, shown once (in this tab only), revocable. */
+  sharePanel(session) {
+    const choices = [[3600, "1 hour"], [86400, "1 day"], [604800, "7 days"]];
+    const expiry = h("select", { id: "share-expiry", "aria-label": "The token works for", onchange: (e) => { this.shareSeconds = Number(e.target.value); } },
+      choices.map(([seconds, label]) => h("option", { value: String(seconds) }, label)));
+    expiry.value = String(this.shareSeconds);
+    const made = (this.shares.get(session.id) ?? []).map((share) => {
+      const token = h("input", { class: "share-token", readOnly: true, value: share.token, "aria-label": "Read-only token", spellcheck: false });
+      const copy = h("button", { type: "button", class: "quiet small", onclick: () => {
+        token.select();
+        navigator.clipboard?.writeText(share.token).catch(() => {});
+      } }, "Copy");
+      return h("li", { class: "share", dataset: { share: share.share_id, revoked: String(Boolean(share.revoked)) } },
+        share.revoked ? h("span", { class: "muted" }, "revoked") : [token, copy],
+        h("span", { class: "muted small-text" }, share.revoked ? "" : `until ${when(share.expires_at)}`),
+        share.revoked ? null : h("button", { type: "button", class: "quiet danger small", onclick: () => this.revokeShare(share) }, "Revoke"));
+    });
+    return h("section", { id: "share-panel", class: "share-panel", "aria-label": "Share this chat read-only" },
+      h("p", { class: "small-text" }, "A read-only token: whoever signs in with it on this page follows this chat live and can do nothing else. It is shown only here, once."),
+      h("div", { class: "row" }, expiry, h("button", { type: "button", class: "primary small", onclick: () => this.createShare(session) }, "Create token")),
+      made.length ? h("ul", { class: "shares" }, made) : null);
   }
 
   startRename(head, session) {
     head.dataset.editing = "true";
+    delete head.dataset.sig;
     const input = h("input", { value: session.title ?? "", "aria-label": "Chat title", maxlength: 200 });
     const done = (save) => {
       delete head.dataset.editing;
@@ -559,8 +634,8 @@ class Page {
   }
 
   /** A button that asks once more in its own label instead of opening a dialog. */
-  confirmButton(label, question, action) {
-    const button = h("button", { class: "quiet danger" }, label);
+  confirmButton(label, question, action, look = "quiet danger") {
+    const button = h("button", { class: look }, label);
     let armed = null;
     button.addEventListener("click", () => {
       if (armed) {
@@ -593,10 +668,13 @@ class Page {
     const name = message.agent?.name ?? message.author?.name ?? kind;
     if (kind === "agent") el.style.setProperty("--hue", String(agentHue(name)));
     const author = kind === "agent" ? this.agentChip(name, message.agent?.icon_emoji) : h("span", { class: "author" }, name);
-    const editable = kind === "user" && session && this.can("chat.edit") && !message.deleted && this.editing !== message.id;
+    const own = kind === "user" && session && !message.deleted && this.editing !== message.id;
+    const tools = [];
+    if (own && this.can("chat.edit")) tools.push(h("button", { class: "link edit", "aria-label": "Edit this message", onclick: () => { this.editing = message.id; this.renderMain(); } }, "Edit"));
+    if (own && this.can("chat.delete")) tools.push(this.confirmButton("Delete", "Delete it?", () => this.deleteMessage(session, message), "link delete"));
     el.append(h("div", { class: "meta" }, author, h("time", { class: "muted" }, when(message.at)),
       message.edited ? h("span", { class: "muted" }, "edited") : null,
-      editable ? h("button", { class: "link edit", "aria-label": "Edit this message", onclick: () => { this.editing = message.id; this.renderMain(); } }, "Edit") : null));
+      tools.length ? h("span", { class: "msg-tools" }, tools) : null));
     if (message.deleted) {
       el.append(h("p", { class: "muted deleted" }, "message deleted"));
       return el;

@@ -207,9 +207,13 @@ function applyNotice(state, event, data) {
       state.pairing.set(key, { ...known, outcome: data.outcome, by: data.by });
       return "applied";
     }
-    case "presence":
-      state.presence = data.connections ?? [];
+    case "presence": {
+      // Who came and went since the last notice: applied to the list the presence method
+      // gave, so the list stays whole between two asks.
+      const gone = new Set([...(data.left ?? []), ...(data.joined ?? []).map((p) => p.conn_id)]);
+      state.presence = [...state.presence.filter((p) => !gone.has(p.conn_id)), ...(data.joined ?? [])];
       return "applied";
+    }
     default:
       return "ignored";
   }

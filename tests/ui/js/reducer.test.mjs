@@ -228,10 +228,14 @@ test("resume names each followed conversation with its last seq", () => {
   assert.deepEqual(resumeCursors(state), { [C]: 6, "telegram:-100": 0 });
 });
 
-test("presence replaces the list of connections", () => {
+test("presence events say who joined and who left: the list the presence method gave is kept up to date", () => {
   const state = initialState();
-  assert.equal(applyEvent(state, { type: "event", event: "presence", data: { connections: [{ conn_id: "c1" }] } }), "applied");
-  assert.deepEqual(state.presence, [{ conn_id: "c1" }]);
+  state.presence = [{ conn_id: "c1", principal: "ann" }, { conn_id: "c2", principal: "bob" }]; // the presence method's answer
+  const presence = (data) => applyEvent(state, { type: "event", event: "presence", data });
+  assert.equal(presence({ joined: [{ conn_id: "c3", principal: "eve" }], left: ["c1"] }), "applied");
+  assert.deepEqual(state.presence.map((p) => p.conn_id), ["c2", "c3"]);
+  presence({ joined: [{ conn_id: "c3", principal: "eve" }], left: [] }); // told twice: listed once
+  assert.deepEqual(state.presence.map((p) => p.conn_id), ["c2", "c3"]);
   assert.equal(applyEvent(state, { type: "event", event: "something.new", data: {} }), "ignored");
 });
 
