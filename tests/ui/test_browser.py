@@ -166,6 +166,7 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     await reader.press("#token", "Enter")
     await reader.wait_for_selector("#conn[data-state=open]", timeout=20_000)
     await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: hello share')", timeout=20_000)
+    assert await reader.inner_text(".conv-sub") == "read-only"
     for control in ("#composer", ".new-session", ".conv-actions button", "button.edit", "button.delete", "#picker"):
         assert await reader.locator(control).count() == 0, control
     await stack.say(page, "and more")

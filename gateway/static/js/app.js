@@ -585,7 +585,9 @@ class Page {
     fill(head,
       h("div", { class: "conv-title" },
         h("h2", { id: "conv-title" }, title),
-        h("span", { class: "muted conv-sub" }, session ? session.agent ?? "" : [room ? `room ${room.name}` : null, title !== key ? key : null].filter(Boolean).join(" · ")),
+        h("span", { class: "muted conv-sub" }, session
+          ? [session.agent, this.can("chat.send") ? null : "read-only"].filter(Boolean).join(" · ")
+          : [room ? `room ${room.name}` : null, title !== key ? key : null].filter(Boolean).join(" · ")),
         room ? h("span", { class: "members" }, room.members.map((m) => this.agentChip(m.name, m.icon_emoji))) : null),
       h("div", { class: "conv-actions" }, actions),
       session && this.sharing === session.id ? this.sharePanel(session) : null);
