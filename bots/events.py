@@ -137,12 +137,16 @@ class ConversationEvents:
         self, conversation: str, message: Mapping[str, Any], *, title: str = "", unique: str | None = None
     ) -> int:
         """A new message: kept in the transcript, listed with its conversation (under
-        `title`, the chat's name where the platform gives one), and published as a `message`
+        `title`, the chat's name where the platform gives one; without it, the name known
+        already), and published as a `message`
         event. Posting the same id again keeps one record (the newest), unless `unique` names
         a post made before: then nothing changes."""
         record = {"conversation": conversation, **message}
         message_id = str(record["id"])
         encoded = json.dumps(record, ensure_ascii=False, default=str)
+        if not title:  # the bot's own posts know no chat name: the one a person's message gave stays
+            known = await self.listing(conversation)
+            title = str(known.get("title") or "") if known is not None else ""
         listing = {
             "conversation": conversation,
             "platform": conversation.partition(":")[0],

@@ -38,6 +38,17 @@ async def test_words_that_come_while_one_is_written_go_out_together_and_the_end_
     assert all(e["data"]["run_id"] == run.run_id and e["data"]["message_id"] == "w-1" for e in logged)
 
 
+async def test_a_post_that_names_no_title_keeps_the_conversations_name() -> None:
+    events = ConversationEvents(MemoryStore())
+    await events.post("telegram:-100", {"id": "1", "text": "what is new?", "at": 1}, title="Team")
+    await events.post("telegram:-100", {"id": "2", "text": "alice on it", "at": 2})  # the bot's post: no chat name to hand
+    assert await events.listing("telegram:-100") == {"conversation": "telegram:-100", "platform": "telegram",
+                                                     "kind": "group", "title": "Team", "last_at": 2,
+                                                     "last_text": "alice on it"}
+    await events.post("telegram:-100", {"id": "3", "text": "renamed", "at": 3}, title="Team B")
+    assert (await events.listing("telegram:-100") or {})["title"] == "Team B"
+
+
 async def test_messages_are_kept_once_and_replaced_by_their_newer_selves() -> None:
     events = ConversationEvents(MemoryStore(), history=3)
     for n in range(5):

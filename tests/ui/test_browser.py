@@ -365,6 +365,7 @@ async def test_a_watched_room_after_a_cut_shows_every_missed_message_once_in_ord
         await page.click(f".item[data-conversation='{conversation}']")
         await page.wait_for_selector(".timeline article.msg[data-kind=agent]")
         assert await page.locator(".members .agent").count() == 2
+        assert await page.inner_text("#conv-title") == "Team", "the group's name, though the agents spoke last"
         # Cut the page off while the agents answer new messages on Telegram.
         telegram.push_message(group, owner, "one more thing")
         await page.wait_for_selector(".timeline article.msg:has-text('one more thing')", timeout=30_000)
