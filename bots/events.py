@@ -57,6 +57,8 @@ _TRANSCRIPT = "evtx:"
 _RECORD = "evmsg:"
 _SEEN = "evseen:"
 CONVERSATION_PREFIX = "evconv:"
+#: In a conversation's listing: its newest message, whose changes the listing follows.
+_LAST_ID = "last_id"
 #: How long message records and conversation listings are kept after their last change.
 RECORD_TTL_S = 30 * 24 * 3600.0
 #: How long the key that makes an append happen once lives.
@@ -154,6 +156,7 @@ class ConversationEvents:
             "title": title,
             "last_at": record.get("at") or time.time(),
             "last_text": str(record.get("text") or "")[:LAST_TEXT_CHARS],
+            _LAST_ID: message_id,
         }
         operations: list[Operation] = [
             Append(_TRANSCRIPT + conversation, (message_id,), self.history_size),
@@ -170,8 +173,14 @@ class ConversationEvents:
         """A message that changed (grew, was edited, reacted to, deleted): its record replaced
         and published again under the same id."""
         record = {"conversation": conversation, **message}
-        key = self._record_key(conversation, str(record["id"]))
-        await self.store.set(key, json.dumps(record, ensure_ascii=False, default=str), ttl=RECORD_TTL_S)
+        message_id = str(record["id"])
+        await self.store.set(self._record_key(conversation, message_id), json.dumps(record, ensure_ascii=False, default=str),
+                             ttl=RECORD_TTL_S)
+        listing = await self.listing(conversation)
+        if listing is not None and listing.get(_LAST_ID) == message_id:
+            # the newest message grew (a streamed reply) or changed: the listing says what it says now
+            listing["last_text"] = str(record.get("text") or "")[:LAST_TEXT_CHARS]
+            await self.store.set(CONVERSATION_PREFIX + conversation, json.dumps(listing, ensure_ascii=False), ttl=RECORD_TTL_S)
         return await self.publish(conversation, "message", record)
 
     async def message(self, conversation: str, message_id: str) -> dict[str, Any] | None:
@@ -205,7 +214,7 @@ class ConversationEvents:
         for key in await self.store.keys(CONVERSATION_PREFIX):
             raw = await self.store.get(key)
             if raw is not None:
-                found.append(json.loads(raw))
+                found.append({k: v for k, v in json.loads(raw).items() if k != _LAST_ID})
         return sorted(found, key=lambda c: float(c.get("last_at") or 0), reverse=True)
 
     async def forget(self, conversation: str) -> None:

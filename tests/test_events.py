@@ -42,11 +42,22 @@ async def test_a_post_that_names_no_title_keeps_the_conversations_name() -> None
     events = ConversationEvents(MemoryStore())
     await events.post("telegram:-100", {"id": "1", "text": "what is new?", "at": 1}, title="Team")
     await events.post("telegram:-100", {"id": "2", "text": "alice on it", "at": 2})  # the bot's post: no chat name to hand
-    assert await events.listing("telegram:-100") == {"conversation": "telegram:-100", "platform": "telegram",
-                                                     "kind": "group", "title": "Team", "last_at": 2,
-                                                     "last_text": "alice on it"}
+    listed = await events.conversations()
+    assert listed == [{"conversation": "telegram:-100", "platform": "telegram", "kind": "group", "title": "Team",
+                       "last_at": 2, "last_text": "alice on it"}]
     await events.post("telegram:-100", {"id": "3", "text": "renamed", "at": 3}, title="Team B")
     assert (await events.listing("telegram:-100") or {})["title"] == "Team B"
+
+
+async def test_the_listing_shows_the_newest_message_as_it_grows_not_its_first_words() -> None:
+    events = ConversationEvents(MemoryStore())
+    await events.post("web:s", {"id": "1", "text": "tell me", "at": 1})
+    await events.post("web:s", {"id": "2", "text": "Once", "at": 2})
+    await events.update("web:s", {"id": "2", "text": "Once upon a time", "at": 2})
+    await events.update("web:s", {"id": "1", "text": "tell me a story", "at": 1, "edited": True})  # not the newest
+    listed = await events.conversations()
+    assert [(c["conversation"], c["last_text"], c["last_at"]) for c in listed] == [("web:s", "Once upon a time", 2)]
+    assert set(listed[0]) == {"conversation", "platform", "kind", "title", "last_at", "last_text"}
 
 
 async def test_messages_are_kept_once_and_replaced_by_their_newer_selves() -> None:
