@@ -319,6 +319,12 @@ class Adapter(ABC):
         """The chat that the `<platform>` target resolves to, if configured."""
         return getattr(self.config, "home_chat", None) or None
 
+    def direct_user(self, chat_id: str) -> str | None:
+        """The person whose direct chat `chat_id` is, where the platform's ids say so (None: a
+        group or a channel, or ids that do not tell). A post to such a chat named by its id
+        (a target, a welcome) belongs to that person's conversation, as their messages do."""
+        return None
+
     # --- inbound -----------------------------------------------------------------------------
 
     def bind(

@@ -82,7 +82,10 @@ class Destination:
 
     @property
     def conversation_key(self) -> str:
-        return self.conversation or self.target
+        if self.conversation:
+            return self.conversation
+        person = self.adapter.direct_user(self.chat_id)
+        return direct_conversation(self.adapter.platform, person) if person is not None else self.target
 
 
 #: Who wrote an intent: an unconfirmed one names the process that stopped mid-send.

@@ -355,6 +355,10 @@ class TelegramAdapter(Adapter):
         if application.updater is not None and application.updater.running:
             await application.updater.stop()
 
+    def direct_user(self, chat_id: str) -> str | None:
+        # A private chat's id is its person's user id; groups and channels have negative ids.
+        return chat_id if chat_id.isdigit() else None
+
     # --- health ----------------------------------------------------------------------------
 
     @property

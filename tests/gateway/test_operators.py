@@ -149,6 +149,7 @@ async def test_a_telegram_dm_is_one_conversation_from_pairing_to_approvals(start
         requested = await root.next_event(where=lambda e: e.event == "approval.requested")
         await root.call("approvals.resolve", {"id": requested.data["id"], "decision": "approve"})
         await wait_until(lambda: any("sent 5 to Bob" in t for t in emu.sent_texts(CAROL["id"])), 20, "Carol's answer")
+        assert (await app.send_to("telegram:7", "A note for Carol")).ok  # her chat, named by its id
         listed = [c["conversation"] for c in (await root.call("conversations.list", {"platform": "telegram"}))["conversations"]]
         history = (await root.call("chat.history", {"conversation": "telegram:dm:7"}))["messages"]
     assert sorted(listed) == ["telegram:dm:1", "telegram:dm:7"], "Carol's chat once, and the owner's where the request was told"
@@ -157,7 +158,7 @@ async def test_a_telegram_dm_is_one_conversation_from_pairing_to_approvals(start
     assert texts[2] == CALL
     request = next(m for m in history if m["text"].startswith("Approval needed"))
     assert "Approved by root" in request["text"] and request["buttons"] == [], "the decision shows on the request itself"
-    assert "sent 5 to Bob" in texts[-1]
+    assert "sent 5 to Bob" in texts[-2] and texts[-1] == "A note for Carol"
 
 
 async def test_a_platform_owner_is_needed_to_answer_its_pairing(start_app, telegram_emulator) -> None:
