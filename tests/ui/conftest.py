@@ -104,6 +104,19 @@ class Stack:
         await page.wait_for_selector("#conn[data-state=open]", timeout=20_000)
         return page
 
+    async def blank_page(self, *, width: int = 1000, height: int = 760) -> Any:
+        """A new tab on the sign-in form (no link used), its errors collected."""
+        context = await self.browser.new_context(viewport={"width": width, "height": height})
+        page = await context.new_page()
+        page.errors = []  # type: ignore[attr-defined]
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        await page.goto(self.relay.base_url + "/")
+        return page
+
+    async def sign_in(self, page: Any, token: str) -> None:
+        await page.fill("#token", token)
+        await page.press("#token", "Enter")
+
     async def done(self, page: Any) -> None:
         """Close the tab; it must have had no error."""
         errors = list(page.errors)

@@ -157,13 +157,8 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     assert token not in page.url
     await page.screenshot(path=screenshot_path("share-desktop"))
     # Someone else signs in with it: they read this chat, live, and can do nothing to it.
-    context = await stack.browser.new_context(viewport={"width": 375, "height": 760})
-    reader = await context.new_page()
-    reader.errors = []
-    reader.on("pageerror", lambda error: reader.errors.append(str(error)))
-    await reader.goto(stack.relay.base_url + "/")
-    await reader.fill("#token", token)
-    await reader.press("#token", "Enter")
+    reader = await stack.blank_page(width=375)
+    await stack.sign_in(reader, token)
     await reader.wait_for_selector("#conn[data-state=open]", timeout=20_000)
     await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: hello share')", timeout=20_000)
     assert await reader.inner_text(".conv-sub") == "read-only"
@@ -178,8 +173,7 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     await page.wait_for_selector("#share-panel .share[data-revoked=true]")
     await reader.wait_for_selector(".signin .notice:has-text('revoked')", timeout=20_000)
     assert await reader.evaluate("sessionStorage.getItem('botweave.token')") is None
-    assert not reader.errors, reader.errors
-    await context.close()
+    await stack.done(reader)
     await stack.done(page)
 
 
@@ -425,17 +419,11 @@ async def test_the_page_is_under_a_strict_content_security_policy(stack: Stack) 
 
 
 async def test_token_sign_in_status_view_and_the_keyboard(stack: Stack) -> None:
-    context = await stack.browser.new_context(viewport={"width": 1000, "height": 760})
-    page = await context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    await page.goto(stack.relay.base_url + "/")
-    await page.fill("#token", "not-a-token-at-all-0000")
-    await page.press("#token", "Enter")
+    page = await stack.blank_page()
+    await stack.sign_in(page, "not-a-token-at-all-0000")
     await page.wait_for_selector(".signin .notice:has-text('refused')", timeout=20_000)
     assert await page.evaluate("sessionStorage.getItem('botweave.token')") is None
-    await page.fill("#token", GATEWAY_TOKEN)
-    await page.press("#token", "Enter")
+    await stack.sign_in(page, GATEWAY_TOKEN)
     await page.wait_for_selector("#conn[data-state=open]")
     assert await page.inner_text("#who") == "tester"
     await page.click("[data-view=status]")

@@ -142,11 +142,11 @@ class Page {
     this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
     if (this.can("rooms.list")) this.call("rooms.list").then((r) => { this.rooms = r.rooms ?? []; this.schedule(); }, () => {});
     if (this.can("agents.list")) this.call("agents.list").then((r) => { this.agents = r.agents ?? []; this.schedule(); }, () => {});
+    if (this.view === "watch") this.loadListing();
+    if (this.open !== null && !conversation(this.state, this.open).following) await this.follow(this.open);
     if (this.open === null && this.state.principal?.kind === "share" && this.state.sessions.size === 1) {
       this.openConversation([...this.state.sessions.values()][0].conversation); // a share reads its one chat
     }
-    if (this.view === "watch") this.loadListing();
-    if (this.open !== null && !conversation(this.state, this.open).following) await this.follow(this.open);
     for (const { conversation: key, echo } of unsentEchoes(this.state)) this.sendEcho(key, echo);
   }
 
