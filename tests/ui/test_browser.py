@@ -156,6 +156,10 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     assert token and token != GATEWAY_TOKEN
     assert token not in page.url
     await page.screenshot(path=screenshot_path("share-desktop"))
+    await page.set_viewport_size({"width": 375, "height": 760})
+    assert await page.evaluate(NO_HORIZONTAL_SCROLL)
+    await page.screenshot(path=screenshot_path("share-375"))
+    await page.set_viewport_size({"width": 1200, "height": 820})
     # Someone else signs in with it: they read this chat, live, and can do nothing to it.
     reader = await stack.blank_page(width=375)
     await stack.sign_in(reader, token)
@@ -168,7 +172,7 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: and more')", timeout=60_000)
     assert await reader.evaluate(NO_HORIZONTAL_SCROLL)
     await reader.screenshot(path=screenshot_path("shared-375"))
-    print(f"screenshots: {screenshot_path('share-desktop')} {screenshot_path('shared-375')}")
+    print(f"screenshots: {screenshot_path('share-desktop')} {screenshot_path('share-375')} {screenshot_path('shared-375')}")
     await page.click("#share-panel button:has-text('Revoke')")
     await page.wait_for_selector("#share-panel .share[data-revoked=true]")
     await reader.wait_for_selector(".signin .notice:has-text('revoked')", timeout=20_000)
