@@ -140,9 +140,8 @@ class ConversationEvents:
     ) -> int:
         """A new message: kept in the transcript, listed with its conversation (under
         `title`, the chat's name where the platform gives one; without it, the name known
-        already), and published as a `message`
-        event. Posting the same id again keeps one record (the newest), unless `unique` names
-        a post made before: then nothing changes."""
+        already), and published as a `message` event. Posting the same id again keeps one
+        record (the newest), unless `unique` names a post made before: then nothing changes."""
         record = {"conversation": conversation, **message}
         message_id = str(record["id"])
         encoded = json.dumps(record, ensure_ascii=False, default=str)
@@ -174,8 +173,8 @@ class ConversationEvents:
         and published again under the same id."""
         record = {"conversation": conversation, **message}
         message_id = str(record["id"])
-        await self.store.set(self._record_key(conversation, message_id), json.dumps(record, ensure_ascii=False, default=str),
-                             ttl=RECORD_TTL_S)
+        encoded = json.dumps(record, ensure_ascii=False, default=str)
+        await self.store.set(self._record_key(conversation, message_id), encoded, ttl=RECORD_TTL_S)
         listing = await self.listing(conversation)
         if listing is not None and listing.get(_LAST_ID) == message_id:
             # the newest message grew (a streamed reply) or changed: the listing says what it says now

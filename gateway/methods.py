@@ -3,9 +3,9 @@ register theirs in the same registry (approvals, pairing, rooms); see botweave.m
 
 Chat methods turn a client's request into what a platform would have sent: `chat.send` a
 `BotMessage` from the principal in the session, `chat.stop` the `/stop` command (turn
-control, so not kept as a message of the session), `chat.edit` and `chat.delete` a `message_edited` / `message_deleted` event. All of them enter the
-runtime through the web adapter's `dispatch`, so the pipeline treats them as it treats the
-same things on Telegram.
+control, so not kept as a message of the session), `chat.edit` and `chat.delete` a
+`message_edited` / `message_deleted` event. All of them enter the runtime through the web
+adapter's `dispatch`, so the pipeline treats them as it treats the same things on Telegram.
 """
 
 from __future__ import annotations
