@@ -10,19 +10,26 @@ the headers are ignored. When a proxy writes both headers, `X-Forwarded-For` is 
 one nginx, Caddy, Traefik and the cloud load balancers append to).
 
 The attributed address is what these servers log and what `FailedAuthLimit` counts: an
-address whose requests keep failing authentication (a flood of unsigned junk) is refused
-for a while before anything of its requests is read.
+address whose requests keep failing authentication (a flood of unsigned junk) is refused for a
+while. The limit only ever makes failing requests cheaper; it never refuses an authentic one.
+Each server checks the credential first (a constant-time compare of a secret, or an HMAC over
+a body bounded by the server's body limit), so a request that passes it is served whoever sent
+it, and only one that fails it is counted or, while its client is refused, answered 429
+without a log line. Behind a proxy that is not listed in `trusted_proxies` every client is one
+address, and a stranger's junk must not take the bot off the air for everyone else.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, Protocol
 
+from aiohttp import web
 from pydantic import BeforeValidator
 
 log = logging.getLogger(__name__)
@@ -196,8 +203,8 @@ def _trim(table: OrderedDict[str, Any], size: int) -> None:
 
 
 class IngressGuard:
-    """What both webhook servers do before reading a request: attribute it, refuse a client
-    that keeps failing authentication, and log each failure (until the client is refused)."""
+    """What both webhook servers do with a request's origin: attribute it to a client, and
+    count and log the client's failed authentications until it is refused for a while."""
 
     def __init__(
         self, name: str, trusted: Sequence[IPNetwork] = (), *, limit: FailedAuthLimit | None = None
@@ -209,15 +216,29 @@ class IngressGuard:
     def client(self, request: _Request) -> str:
         return request_client(request, self.trusted)
 
-    def refused_for(self, client: str) -> float:
-        return self.limit.refused_for(client)
+    def failed(self, client: str, reason: str) -> float:
+        """A request from `client` failed authentication for `reason` (never a secret).
 
-    def failed(self, client: str, reason: str) -> None:
-        """A request from `client` failed authentication for `reason` (never a secret)."""
+        Returns the seconds the client is still refused for: 0 means the failure is answered
+        with its own status (and was counted and logged); more means a 429 with that
+        `Retry-After`, neither counted nor logged, so a flood costs one line per block.
+        """
+        refused = self.limit.refused_for(client)
+        if refused:
+            return refused
         if self.limit.failed(client):
             log.warning(
-                "%s: %d requests from %s failed authentication within %.0fs (last: %s); refusing it for %.0fs",
+                "%s: %d requests from %s failed authentication within %.0fs (last: %s); refusing its "
+                "failing requests for %.0fs",
                 self.name, self.limit.max_failures, client, self.limit.window, reason, self.limit.block,
             )
         else:
             log.warning("%s: request from %s rejected: %s", self.name, client, reason)
+        return 0.0
+
+
+def too_many_failures(refused_for: float) -> web.Response:
+    """The answer to a failing request from a client that is refused for `refused_for` seconds."""
+    return web.Response(
+        status=429, text="too many failed requests", headers={"Retry-After": str(max(1, math.ceil(refused_for)))}
+    )

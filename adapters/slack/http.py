@@ -4,13 +4,15 @@ The endpoint listens on 0.0.0.0 by default, so whatever reaches it is hostile un
 signature says otherwise. Each request is checked cheapest first, and nothing of it reaches
 slack-bolt before it is signed and usable:
 
-1. a client (the attributed address, see `botweave.ingress`) that kept failing these checks
-   → 429, nothing read;
-2. no `X-Slack-Signature` / `X-Slack-Request-Timestamp`, a timestamp that is not a number or
+1. no `X-Slack-Signature` / `X-Slack-Request-Timestamp`, a timestamp that is not a number or
    is more than five minutes away from now → 401, the body not read;
-3. the signature of the raw body does not match (slack_sdk's `SignatureVerifier`, the
-   HMAC-SHA256 of `v0:<timestamp>:<body>`), or the body is not UTF-8 (Slack signs text, so
-   such a body cannot be verified) → 401;
+2. the signature of the raw body (bounded by the server's body limit) does not match
+   (slack_sdk's `SignatureVerifier`, the HMAC-SHA256 of `v0:<timestamp>:<body>`), or the body
+   is not UTF-8 (Slack signs text, so such a body cannot be verified) → 401;
+3. once a client (the attributed address, see `botweave.ingress`) kept failing 1 or 2, its
+   failing requests get 429 instead of 401, uncounted and unlogged, and still never reach
+   parsing or bolt. A signed request is served however many others failed from the same
+   address (behind a proxy, every client's): the limit only makes failures cheaper;
 4. signed, but not a body the app can use (not a JSON object or a form, nested too deep, no
    event `type` / slash command) → 400;
 5. otherwise the body, sanitised (`schema.sanitise_body`: wrong-typed fields are absent), goes
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
-from botweave.ingress import IngressGuard
+from botweave.ingress import IngressGuard, too_many_failures
 from botweave.payload import Dropped
 from botweave.tasks import failure_line
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -136,24 +138,18 @@ class EventsEndpoint:
 
     async def __call__(self, request: web.Request) -> web.Response:
         client = self.guard.client(request)
-        refused = self.guard.refused_for(client)
-        if refused:
-            return web.Response(status=429, text="too many failed requests", headers={"Retry-After": f"{refused:.0f}"})
         timestamp = request.headers.get(TIMESTAMP_HEADER)
         signature = request.headers.get(SIGNATURE_HEADER)
         problem = self._signatures.header_problem(timestamp, signature)
         if problem is not None:
-            self.guard.failed(client, problem)
-            return web.Response(status=401, text="unauthorized")
+            return self._failed(client, problem, 401, "unauthorized")
         assert timestamp is not None and signature is not None
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            self.guard.failed(client, "body too large")
-            return web.Response(status=413, text="too large")
+            return self._failed(client, "body too large", 413, "too large")
         if not self._signatures.matches(timestamp, raw, signature):
-            self.guard.failed(client, "signature mismatch")
-            return web.Response(status=401, text="unauthorized")
+            return self._failed(client, "signature mismatch", 401, "unauthorized")
         try:
             body, content_type, dropped = usable_body(raw, request.content_type)
         except Unusable as exc:
@@ -178,3 +174,7 @@ class EventsEndpoint:
         if response.status == 500:  # bolt's answer when reading the body failed (it logged why)
             return web.Response(status=400, text="bad request")
         return await to_aiohttp_response(response)
+
+    def _failed(self, client: str, reason: str, status: int, text: str) -> web.Response:
+        refused = self.guard.failed(client, reason)
+        return too_many_failures(refused) if refused else web.Response(status=status, text=text)

@@ -7,9 +7,11 @@ each update through the application's handlers itself and answers only when they
 
 Each request is checked before anything of it is parsed, cheapest first:
 
-- a client (the attributed address, see `botweave.ingress`) that kept failing the secret
-  check → 429, nothing read;
-- a missing or wrong `X-Telegram-Bot-Api-Secret-Token` → 403, nothing read or processed;
+- a missing or wrong `X-Telegram-Bot-Api-Secret-Token` → 403, nothing read or processed; once
+  a client (the attributed address, see `botweave.ingress`) kept failing this check, its
+  failing requests get 429 instead, uncounted and unlogged. The secret is compared first and
+  in constant time, so a request that carries it is served however many others failed from
+  the same address (behind a proxy, every client's);
 - a content type other than `application/json` → 415, the body not read;
 - a body that is not JSON, or JSON that is not an `Update` (sanitised first, see
   `schema.read_update`) → one log line and 200, so Telegram does not redeliver it forever
@@ -27,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
-from botweave.ingress import IngressGuard, IPNetwork
+from botweave.ingress import IngressGuard, IPNetwork, too_many_failures
 from botweave.payload import Dropped
 from botweave.tasks import failure_line
 from telegram import Bot, Update
@@ -104,11 +106,10 @@ class WebhookServer:
 
     async def _on_post(self, request: web.Request) -> web.Response:
         client = self.guard.client(request)
-        refused = self.guard.refused_for(client)
-        if refused:
-            return web.Response(status=429, text="too many failed requests", headers={"Retry-After": f"{refused:.0f}"})
         if not self._authorised(request):
-            self.guard.failed(client, "missing or wrong secret token")
+            refused = self.guard.failed(client, "missing or wrong secret token")
+            if refused:
+                return too_many_failures(refused)
             return web.Response(status=403, text="forbidden")
         if request.content_type != "application/json":
             log.warning("telegram: webhook request from %s with content type %r; answered 415",

@@ -323,7 +323,7 @@ async def test_discord_fields_of_the_wrong_type_are_absent_and_the_connection_st
 # --- client attribution and the limit on failed authentication -----------------------------------
 
 
-async def test_behind_a_trusted_proxy_the_forwarded_client_is_logged_and_limited(telegram, caplog):
+async def test_behind_a_trusted_proxy_the_forwarded_client_is_logged_and_limited(telegram, telegram_emulator, caplog):
     adapter, received, url = await telegram(trusted_proxies=["127.0.0.1/32"])
     adapter.ingress.limit.max_failures = 3
     wrong = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": "guess"}
@@ -333,11 +333,11 @@ async def test_behind_a_trusted_proxy_the_forwarded_client_is_logged_and_limited
     assert "request from 198.51.100.7 rejected: missing or wrong secret token" in caplog.text
     assert "203.0.113.99" not in caplog.text  # what the client wrote itself is never believed
     assert (await post(url, b"{}", {**wrong, **spoofed}))[0] == 403  # the third failure starts a block
-    status, headers = await post(url, b"{}", {**JSON, **spoofed})
-    assert status == 429 and int(headers["Retry-After"]) > 0  # refused before its secret is looked at
+    status, headers = await post(url, b"{}", {**wrong, **spoofed})
+    assert status == 429 and int(headers["Retry-After"]) > 0
     other = {"Forwarded": 'for="[2001:db8::7]:4711"'}
-    assert (await post(url, b"{}", {**JSON, **other}))[0] == 200  # another client behind the same proxy
-    assert "refusing it for" in caplog.text
+    assert (await post(url, b"{}", {**wrong, **other}))[0] == 403  # another client behind the same proxy
+    assert "refusing its failing requests for" in caplog.text
 
 
 async def test_from_an_untrusted_peer_forwarded_headers_are_ignored(telegram, caplog):
@@ -347,8 +347,24 @@ async def test_from_an_untrusted_peer_forwarded_headers_are_ignored(telegram, ca
     assert (await post(url, b"{}", {**wrong, "X-Forwarded-For": "198.51.100.7"}))[0] == 403
     assert "request from 127.0.0.1 rejected" in caplog.text and "198.51.100.7" not in caplog.text
     assert (await post(url, b"{}", {**wrong, "X-Forwarded-For": "198.51.100.8"}))[0] == 403
-    # one client, whatever it claims: its third request is refused
-    assert (await post(url, b"{}", {**JSON, "X-Forwarded-For": "198.51.100.9"}))[0] == 429
+    # one client, whatever it claims: its third failing request is refused
+    assert (await post(url, b"{}", {**wrong, "X-Forwarded-For": "198.51.100.9"}))[0] == 429
+
+
+async def test_forged_requests_never_lock_the_real_telegram_out(telegram, telegram_emulator, caplog):
+    """Behind a proxy not listed in trusted_proxies every client is one address: a stranger's
+    junk gets that address refused, and Telegram's own updates must still be taken."""
+    emu = telegram_emulator
+    _, received, url = await telegram()
+    wrong = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": "guess"}
+    statuses = [(await post(url, b"junk", wrong))[0] for _ in range(25)]
+    assert statuses == [403] * 20 + [429] * 5
+    for update_id in (1, 2):
+        update = {"update_id": update_id, "message": emu.message(emu.private_chat(ANN), ANN, f"real {update_id}")}
+        assert (await post(url, json.dumps(update).encode(), JSON))[0] == 200
+        assert (await post(url, b"junk", wrong))[0] == 429  # the junk in between stays refused
+    assert [i.text for i in received if isinstance(i, BotMessage)] == ["real 1", "real 2"]
+    assert sum("rejected" in r.getMessage() or "refusing" in r.getMessage() for r in caplog.records) == 20
 
 
 async def test_a_flood_of_unsigned_junk_is_cut_off_per_client_on_slack(slack, caplog):
@@ -363,6 +379,24 @@ async def test_a_flood_of_unsigned_junk_is_cut_off_per_client_on_slack(slack, ca
     assert (await post(url, body, {**signed(body), "X-Forwarded-For": "192.0.2.1"}))[0] == 200
     await settled(adapter)
     assert [i.text for i in received if isinstance(i, BotMessage)] == ["a real event"]
+
+
+async def test_forged_requests_never_lock_slack_itself_out(slack, caplog):
+    """All clients behind one untrusted proxy: while that address is refused, each signed
+    request is still served, and forged ones (unsigned, or signed with the wrong secret) are
+    refused without reaching bolt."""
+    emu, adapter, received, url = await slack()
+    flood = {"Content-Type": "application/json"}
+    assert [(await post(url, b"junk", flood))[0] for _ in range(22)] == [401] * 20 + [429] * 2
+    forged_body = json.dumps(event_callback(emu.post_as_user("C0GENERAL", "U0ALICE", "forged"))).encode()
+    forged = {**signed(forged_body), "X-Slack-Signature": "v0=" + "0" * 64}
+    assert (await post(url, forged_body, forged))[0] == 429
+    for text in ("first real event", "second real event"):
+        body = json.dumps(event_callback(emu.post_as_user("C0GENERAL", "U0ALICE", text))).encode()
+        assert (await post(url, body, signed(body)))[0] == 200
+    await settled(adapter)
+    assert [i.text for i in received if isinstance(i, BotMessage)] == ["first real event", "second real event"]
+    assert sum("rejected" in r.getMessage() or "refusing" in r.getMessage() for r in caplog.records) == 20
 
 
 async def test_trusted_proxies_must_be_addresses_or_ranges():
