@@ -3,6 +3,7 @@ driven by the model through the loopback OpenAI emulator."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -99,10 +100,29 @@ async def web_server() -> AsyncIterator[str]:
     async def plain(request: web.Request) -> web.Response:
         return web.Response(text="just text", content_type="text/plain")
 
+    async def whoami(request: web.Request) -> web.Response:
+        return web.Response(text=f"authorization: {request.headers.get('Authorization')}", content_type="text/plain")
+
+    async def pieces(request: web.Request) -> web.StreamResponse:
+        """`count` lines of `size` characters, each written on its own after a pause."""
+        count, size = int(request.query["count"]), int(request.query.get("size", "10"))
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        try:
+            for number in range(count):
+                await response.write(f"{number:06d}".ljust(size - 1, "x").encode() + b"\n")
+                await asyncio.sleep(0.002)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the reader stopped at its cap
+        return response
+
     app = web.Application()
     app.router.add_get("/tides", page)
     app.router.add_get("/hop", hop)
     app.router.add_get("/plain", plain)
+    app.router.add_get("/whoami", whoami)
+    app.router.add_get("/pieces", pieces)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -164,3 +184,34 @@ async def test_an_agents_own_network_replaces_the_global_one(llm, web_server):
     app = make_app(llm, network={"allow_hosts": ["127.0.0.1"]}, agent_network={"deny_hosts": ["*.example.com"]})
     refused = await fetch(app, llm, f"{web_server}/plain")
     assert "local or private address" in refused["error"], "the global allow entry does not apply to this agent"
+
+
+async def test_a_page_that_arrives_in_pieces_is_read_whole(llm, web_server):
+    app = make_app(llm, network={"allow_hosts": ["127.0.0.1"]})
+    text = await fetch(app, llm, f"{web_server}/pieces?count=40")
+    assert text.splitlines() == [f"{number:06d}xxx" for number in range(40)]
+
+
+@pytest.mark.parametrize("size", [1000, 100_000])  # 300 KB cut by characters, 30 MB by bytes
+async def test_where_the_cap_cuts_a_page_the_model_is_told(llm, web_server, size):
+    app = make_app(llm, network={"allow_hosts": ["127.0.0.1"]})
+    text = await fetch(app, llm, f"{web_server}/pieces?count=300&size={size}")
+    lines = text.splitlines()
+    assert lines[0] == "000000".ljust(size - 1, "x")[:20_000]
+    assert lines[-1] == "[… cut: the page goes on past the first 2048 KB or 20000 characters]"
+    assert len(text) < 20_100
+
+
+async def test_credentials_in_a_url_are_refused_and_never_sent(llm, web_server, caplog):
+    app = make_app(llm, network={"allow_hosts": ["127.0.0.1"]})
+    base = web_server.removeprefix("http://")
+    assert await fetch(app, llm, f"{web_server}/whoami") == "authorization: None"
+    for url in (f"http://ann:hunter2@{base}/whoami", f"http://ann@{base}/whoami", f"http://:hunter2@{base}/whoami"):
+        assert await fetch(app, llm, url) == {
+            "error": "fetch_url: 127.0.0.1 refused: the URL carries credentials (user:password@host); they are never sent"
+        }
+    redirected = await fetch(app, llm, f"{web_server}/hop?to=http://ann:hunter2@{base}/whoami")
+    assert redirected == {
+        "error": "fetch_url: 127.0.0.1 refused: the URL carries credentials (user:password@host); they are never sent"
+    }
+    assert "hunter2" not in caplog.text

@@ -2,22 +2,32 @@
 
 Every hop is checked before it is made: the URL the model gave, and each redirect's target,
 since a permitted host can redirect anywhere. Redirects are therefore followed here, one at a
-time, never by the HTTP client. The page is read up to a size cap and HTML becomes readable
-text (tools/text.py), so the model gets words, not markup. Proxies from the environment are
-not used: the policy is about where connections go, and a proxy would hide that.
+time, never by the HTTP client. The page is read up to a size cap, however many pieces it
+arrives in, and HTML becomes readable text (tools/text.py), so the model gets words, not
+markup; where the cap cut the page, the text ends in a marker that says so. Proxies from the
+environment are not used: the policy is about where connections go, and a proxy would hide
+that.
+
+A URL that carries credentials (`https://user:password@host/`) is refused, the model's and
+every redirect's: the HTTP client would send them as an Authorization header, and whatever
+the model read or was told could put someone's password there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
-from botweave.files import MAX_REDIRECTS, HopFailed, HopRefused, TooManyRedirects, checked_get, host_of
+from botweave.files import MAX_REDIRECTS, HopFailed, HopRefused, TooManyRedirects, checked_get
 from botweave.tooling import Egress, ToolContext, ToolError, ToolRefused
 from botweave.tools.text import html_to_text
+from yarl import URL
 
 MAX_BYTES = 2 * 1024 * 1024
 MAX_CHARS = 20_000
+CREDENTIALS_REFUSED = "the URL carries credentials (user:password@host); they are never sent"
 USER_AGENT = "botweave-fetch/1"
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml", "application/ld+json")
 
@@ -49,19 +59,21 @@ class FetchUrl:
         return await self.fetch(url.strip())
 
     async def fetch(self, url: str) -> str:
+        if has_credentials(url):
+            raise ToolRefused(f"fetch_url: {safe_host(url)} refused: {CREDENTIALS_REFUSED}")
         headers = {"User-Agent": USER_AGENT, "Accept": "text/html, text/plain;q=0.9, */*;q=0.5"}
         try:
             async with aiohttp.ClientSession(headers=headers, trust_env=False) as session:
-                async with checked_get(session, url, self.egress.refusal) as (response, url):
+                async with checked_get(session, url, without_credentials(self.egress.refusal)) as (response, url):
                     if response.status >= 400:
                         reason = f"HTTP {response.status} {response.reason or ''}".strip()
                         raise ToolError(f"fetch_url: {url} answered {reason}")
                     return await self._read(response, url)
         except HopRefused as exc:
-            raise ToolRefused(f"fetch_url: {host_of(exc.url)} refused: {exc.reason}") from None
+            raise ToolRefused(f"fetch_url: {safe_host(exc.url)} refused: {exc.reason}") from None
         except HopFailed as exc:
             error = exc.error
-            raise ToolError(f"fetch_url: {host_of(exc.url)} could not be read: {type(error).__name__}: {error}") from None
+            raise ToolError(f"fetch_url: {safe_host(exc.url)} could not be read: {type(error).__name__}: {error}") from None
         except TooManyRedirects:
             raise ToolError(f"fetch_url: more than {MAX_REDIRECTS} redirects") from None
 
@@ -70,7 +82,11 @@ class FetchUrl:
         kind = response.content_type if "Content-Type" in response.headers else ""
         if kind and not kind.startswith(_TEXT_TYPES):
             raise ToolError(f"fetch_url: {url} is {kind}, not text")
-        body = await response.content.read(MAX_BYTES + 1)
+        body = bytearray()
+        async for piece in response.content.iter_chunked(64 * 1024):
+            body += piece
+            if len(body) > MAX_BYTES:
+                break
         cut = len(body) > MAX_BYTES
         charset = response.charset or "utf-8"
         try:
@@ -85,4 +101,33 @@ class FetchUrl:
             text = raw.strip()
         if len(text) > self.max_chars:
             text, cut = text[: self.max_chars], True
-        return text + ("\n[… the page goes on]" if cut else "")
+        if cut:
+            text += f"\n[… cut: the page goes on past the first {MAX_BYTES // 1024} KB or {self.max_chars} characters]"
+        return text
+
+
+def has_credentials(url: str) -> bool:
+    """Whether `url` names a user or password (an empty `@` included), as either parser reads it."""
+    try:
+        parsed = URL(url)
+        authority = urlsplit(url).netloc
+    except ValueError:
+        return "@" in url.split("/", 3)[2] if url.count("/") >= 2 else False
+    return parsed.raw_user is not None or parsed.raw_password is not None or "@" in authority
+
+
+def without_credentials(refusal: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """`refusal`, refusing first every URL that carries credentials."""
+
+    def check(url: str) -> str | None:
+        return CREDENTIALS_REFUSED if has_credentials(url) else refusal(url)
+
+    return check
+
+
+def safe_host(url: str) -> str:
+    """The host a URL names, for messages; never the URL itself, which may carry a password."""
+    try:
+        return urlsplit(url).hostname or "the URL"
+    except ValueError:
+        return "the URL"

@@ -21,6 +21,7 @@ from botweave.delivery import Delivery, Destination
 from botweave.files import FileLimits, FileSource, send_file
 from botweave.targets import Targets
 from botweave.tooling import Egress, ToolContext, action_output
+from botweave.tools.fetch import without_credentials
 from botweave.tools.python import FunctionTool, function_tool
 from botweave.types import MessageActionResult
 
@@ -186,7 +187,7 @@ class MessageTools:
             media=self._media_for(context.agent),
             origin=origin,
             caption=caption,
-            egress=self._egress_for(context.agent).refusal,
+            egress=without_credentials(self._egress_for(context.agent).refusal),
             key=key,
         )
         return action_output(result, result.target)
