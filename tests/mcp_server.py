@@ -35,6 +35,11 @@ def build(name: str = "notes") -> MCPServer:
         """Always fails."""
         raise ValueError("the notebook is on fire")
 
+    @server.tool()
+    def flood(size: int) -> str:
+        """Answer with `size` bytes of text."""
+        return "x" * size
+
     return server
 
 
@@ -45,13 +50,15 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def serve_http(name: str = "notes") -> AsyncIterator[str]:
-    """Serve `build(name)` over streamable HTTP on 127.0.0.1; yields the endpoint URL."""
+async def serve_http(name: str = "notes", *, json_response: bool = False, port: int | None = None) -> AsyncIterator[str]:
+    """Serve `build(name)` over streamable HTTP on 127.0.0.1 (answers as event streams, or as
+    JSON bodies; on a free port unless given one); yields the endpoint URL."""
     import uvicorn
 
-    port = free_port()
-    app = build(name).streamable_http_app(host="127.0.0.1")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    port = port or free_port()
+    app = build(name).streamable_http_app(host="127.0.0.1", json_response=json_response)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

@@ -62,7 +62,8 @@ async def test_stdio_and_http_servers_run_with_the_bot_and_their_tools_are_calle
         app.add_adapter(adapter)
         agent = app.agents["remote"]
         assert sorted(agent.tools) == [
-            "files__add", "files__broken", "files__remember", "notes__add", "notes__broken", "notes__remember",
+            "files__add", "files__broken", "files__flood", "files__remember",
+            "notes__add", "notes__broken", "notes__flood", "notes__remember",
         ]
         pid = int(pid_file.read_text())
         assert alive(pid)

@@ -17,8 +17,12 @@ class McpServerConfig(Section):
     env: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry the server's keys
     cwd: Optional[str] = None
     headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry a bearer token
-    #: How long start-up waits for the server to answer before the bot goes on without it.
+    #: How long start-up waits for the server to answer before the bot goes on without it
+    #: (each later try to bring it back gets as long).
     startup_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
+    #: The largest answer read from the server, counted as it arrives; a larger one fails its
+    #: call with an error naming this limit.
+    max_response_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -77,6 +77,7 @@ class Toolsets:
             services.delivery, services.targets, media_for=services.media_for, egress_for=egress_for
         )
         self.mcp = McpServers(mcp_servers(agents))
+        self._mcp_offered: dict[str, set[str]] = {}  # per agent, the MCP tools it was given
 
     @property
     def needs_ledger(self) -> bool:
@@ -131,14 +132,26 @@ class Toolsets:
             agent.tools.update(self.local_tools(name))
 
     async def start(self, agents: Mapping[str, Agent]) -> None:
-        """Connect the MCP servers, then offer their tools to the agents that list them."""
+        """Connect the MCP servers, then offer their tools to the agents that list them, and
+        again whenever a server lists its tools anew (after a restart)."""
+        for server in self.mcp.servers.values():
+            server.on_tools = lambda _server: self._offer_server_tools(agents)
         await self.mcp.start()
+        self._offer_server_tools(agents)
+
+    def _offer_server_tools(self, agents: Mapping[str, Agent]) -> None:
+        """Each agent's MCP tools as their servers last listed them, in place of the old ones."""
         for name, agent in agents.items():
+            offered = self._mcp_offered.setdefault(name, set())
+            for tool_name in offered:
+                agent.tools.pop(tool_name, None)
+            offered.clear()
             for tool_name, tool in self.server_tools(name).items():
                 if tool_name in agent.tools:
                     log.warning("agent %s: MCP tool %s has the name of another tool; not offered", name, tool_name)
                     continue
                 agent.tools[tool_name] = tool
+                offered.add(tool_name)
 
     async def stop(self) -> None:
         await self.mcp.stop()
