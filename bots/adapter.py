@@ -220,6 +220,11 @@ class Outbound(ABC):
         """The chat that reaches this user privately; on most platforms the user id itself."""
         return user_id
 
+    async def direct_user(self, chat_id: str) -> str | None:
+        """The user whose private chat with the bot `chat_id` is; None for a group or a
+        channel, and wherever the platform cannot tell (which then counts as not private)."""
+        return None
+
     async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
         """Show the typing indicator once."""
 
@@ -492,6 +497,18 @@ class Adapter(ABC):
             )
         except NoIdentity:
             return await self._send_named(identity, chat_id, text, thread_id)
+
+    async def direct_user(self, chat_id: str) -> str | None:
+        """The user whose private chat with the bot `chat_id` is, or None (a group, a channel,
+        a chat the platform cannot place, or the adapter not started). Never raises."""
+        out = self.outbound
+        if out is None:
+            return None
+        try:
+            return await out.direct_user(chat_id)
+        except Exception as exc:  # noqa: BLE001 - unknown is an answer: the chat is not taken as private
+            log.info("%s: could not tell whose chat %s is (%s)", self.platform, chat_id, type(exc).__name__)
+            return None
 
     async def send_direct(self, user_id: str, text: str, *, buttons: Sequence[Button] = ()) -> MessageActionResult:
         """A direct message to a user (pairing requests, notifications, approval requests); the

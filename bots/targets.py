@@ -1,12 +1,14 @@
 """Targets: the names of places to post. `origin` is the conversation of the current turn,
 `<platform>` that platform's home chat, `<platform>:<chat>` a chat and
 `<platform>:<chat>:<thread>` a thread in it. Rooms, notifications, scheduled kickoffs and
-agent tools all speak this grammar, and resolving it is the only thing this module does.
+agent tools all speak this grammar; this module resolves it, and names the rule (`TargetRule`)
+by which an agent's message tools may act in a resolved place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from botweave.adapter import Adapter
 from botweave.conversations import conversation_key
@@ -41,3 +43,14 @@ class Targets:
         """The target as `platform:chat[:thread]` (how a room names its conversation)."""
         resolved = self.resolve(target)
         return resolved.target if resolved is not None else None
+
+
+class TargetRule(Protocol):
+    """Where an agent's message tools may post, react, edit, delete and open threads: the
+    places the bot talks in by its access rules, and those the agent is allowed beyond them.
+    The conversation being answered (`origin`) is always allowed. The runtime hands the tools
+    one; the rule itself is a policy."""
+
+    async def refusal(self, agent: str, to: Destination, origin: BotMessage | None) -> str | None:
+        """Why `agent` may not act in `to`, or None when it may."""
+        ...

@@ -1,6 +1,7 @@
-"""Who may talk to the bot: allowlists, then the unknown-user policy.
+"""Who may talk to the bot: allowlists, then the unknown-user policy; and, by the same rules,
+which chats the bot talks in at all (where agents' message tools may post).
 
-A pure decision so it is the same on every platform and testable without I/O. Pairing (the
+Pure decisions so they are the same on every platform and testable without I/O. Pairing (the
 `pair` policy's code exchange) needs the store and lives with the pipeline that calls this.
 """
 
@@ -32,3 +33,20 @@ def _unknown(config: BotConfig) -> AccessVerdict:
     if policy == "allow":
         return "admit"
     return "deny" if policy == "deny" else "pair"
+
+
+def chat_admitted(chat_id: str, config: BotConfig, *, direct_with: str | None = None, known_user: bool = False) -> bool:
+    """Whether the bot talks in `chat_id`, judged as `decide_access` judges a message there.
+
+    A private chat (`direct_with` names its person) is judged by that person: the owner, an
+    allowlisted or `known_user` (paired) one, or anyone when unknown users are let in. A group
+    is judged by the chat itself, never by who might write in it: allowlisted, or, with no
+    chat allowlist, open to everyone (`unknown_user_policy: allow`).
+    """
+    if chat_id in config.allowed_chats:
+        return True
+    if direct_with is not None:
+        if known_user or direct_with == config.owner_user_id or direct_with in config.allowed_users:
+            return True
+        return _unknown(config) == "admit"
+    return not config.allowed_chats and _unknown(config) == "admit"

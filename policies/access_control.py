@@ -118,12 +118,15 @@ class AccessControl:
         """Whether the bot answers `msg`'s sender (only they may steer a running turn)."""
         return await self.verdict(msg, config) == "admit"
 
+    async def known(self, platform: str, user_id: str) -> bool:
+        """Whether the user was let in earlier: approved by pairing, or the owner it made."""
+        return await self.pairing.is_approved(platform, user_id) or user_id == await self.pairing.owner(platform)
+
     async def verdict(self, msg: BotMessage, config: BotConfig) -> AccessVerdict:
         verdict = decide_access(msg, config)
         if verdict == "admit":
             return verdict
-        user = msg.sender.user_id
-        if await self.pairing.is_approved(msg.platform, user) or user == await self.pairing.owner(msg.platform):
+        if await self.known(msg.platform, msg.sender.user_id):
             return "admit"
         return verdict
 

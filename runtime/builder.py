@@ -27,6 +27,7 @@ from botweave.policies.admission import Admission, AdmissionLimits, AdmissionSte
 from botweave.policies.approvals import ApprovalDesk
 from botweave.policies.authors import AuthorScreen
 from botweave.policies.rate_limit import RateLimit
+from botweave.policies.targets import MessageTargetRule
 from botweave.push import Notifier
 from botweave.push.commands import NOTIFY_HELP, notify_command
 from botweave.push.preferences import PreferenceStore
@@ -112,15 +113,18 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     platforms = Platforms(config, events)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
     targets = Targets(platforms.adapters)
-    tools = _tools(config, agents, delivery, targets, kept)
+    cli_config = _pairing_cli_config(config, kept, given=store is not None)
+    access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
+    target_rule = MessageTargetRule(
+        access, platforms.bot_config, {name: agent.message_tools.allow_targets for name, agent in config.agents.items()}
+    )
+    tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
     buttons = ButtonBook(kept)
     outgoing = Outgoing(config, delivery, targets, buttons, platforms.adapters)
     preferences = PreferenceStore.from_config(kept, config.push)
     transports = config.push.transports(outgoing.send_direct)
     notifier = Notifier(preferences, transports, kept, directory=config.push.directory)
     notices = Notices(notifier, config)
-    cli_config = _pairing_cli_config(config, kept, given=store is not None)
-    access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
     approvals = ApprovalDesk(
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,
@@ -184,11 +188,11 @@ def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | 
     return None, clients, clients
 
 
-def _tools(config: Config, agents: dict[str, Agent], delivery: Delivery, targets: Targets, store: Store) -> Toolsets:
+def _tools(config: Config, agents: dict[str, Agent], services: ToolServices, store: Store) -> Toolsets:
     """Each agent's tools from its `tools:` entries; the MCP servers connect at start."""
-    tools = Toolsets(config.agents, ToolServices(delivery, targets, config.media_for), config.egress_policy)
+    tools = Toolsets(config.agents, services, config.egress_policy)
     if tools.needs_ledger:
-        delivery.ledger = SentLedger(store)
+        services.delivery.ledger = SentLedger(store)
     try:
         tools.equip(agents)
     except ValueError as exc:

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Optional
 
-from botweave.config import Section
-from pydantic import Field, model_validator
+from botweave.config import Section, problem, raise_problems
+from pydantic import Field, field_validator, model_validator
 
 
 class McpServerConfig(Section):
@@ -94,7 +95,38 @@ class ToolEntry(Section):
         return next(iter(self.mcp.items()))
 
 
+_TARGET_ENTRY = re.compile(r"^[A-Za-z0-9_-]+(:[^:\s]+){0,2}$")
+
+
+class MessageToolsConfig(Section):
+    """An agent's `message_tools:`. Its message tools act only where the bot talks (by the
+    platforms' access rules), in the conversation being answered and in the home chats; each
+    `allow_targets` entry opens one more place: `platform:chat` (with its threads),
+    `platform:chat:thread`, `platform:*` (every chat there) or a bare `platform` (its home chat)."""
+
+    allow_targets: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_targets", mode="before")
+    @classmethod
+    def _targets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            return value
+        problems = [
+            problem((index,), f"{item!r} is not a target; write platform:chat, platform:chat:thread, "
+                              "platform:* or a bare platform, e.g. telegram:-1001234", item)
+            for index, item in enumerate(value)
+            if not _TARGET_ENTRY.match(str(item).strip())
+        ]
+        raise_problems(cls.__name__, problems)
+        return [str(item).strip() for item in value]
+
+
 class AgentTools(Section):
-    """An agent's `tools:`: what it may call, in the order listed."""
+    """An agent's `tools:`: what it may call, in the order listed, and its `message_tools:`,
+    where the message tools among them may act."""
 
     tools: list[ToolEntry] = Field(default_factory=list)
+    #: Where this agent's message tools may act beyond the chats the bot talks in.
+    message_tools: MessageToolsConfig = Field(default_factory=MessageToolsConfig)

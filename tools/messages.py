@@ -8,7 +8,10 @@ apply to what an agent does exactly as to what it says. Each returns the action'
 posted later in the turn, or in a later turn (they stay in history).
 
 An agent may edit and delete only what the bot itself posted (`SentLedger`): a bot that is a
-group admin could otherwise be talked into deleting what people wrote.
+group admin could otherwise be talked into deleting what people wrote. And every tool acts
+only where the `TargetRule` the runtime handed in allows (the chats the bot talks in, the
+conversation being answered, the agent's `message_tools.allow_targets`); anywhere else the
+call is refused, as a tool error the model reads.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 from botweave.delivery import Delivery, Destination
 from botweave.files import FileLimits, FileSource, send_file
-from botweave.targets import Targets
-from botweave.tooling import Egress, ToolContext, action_output
+from botweave.targets import TargetRule, Targets
+from botweave.tooling import Egress, ToolContext, ToolRefused, action_output
 from botweave.tools.fetch import without_credentials
 from botweave.tools.python import FunctionTool, function_tool
 from botweave.types import MessageActionResult
@@ -33,27 +36,36 @@ def _no_route(target: str, detail: str = "target not resolvable") -> dict[str, A
 
 
 class MessageTools:
-    """The message tools of the running bot, bound to its delivery and targets; `send_file`
-    also needs each agent's media settings and network egress policy."""
+    """The message tools of the running bot, bound to its delivery, targets and the rule of
+    where agents may act; `send_file` also needs each agent's media settings and network
+    egress policy."""
 
     def __init__(
         self,
         delivery: Delivery,
         targets: Targets,
         *,
+        rule: TargetRule,
         media_for: Callable[[str], FileLimits],
         egress_for: Callable[[str], Egress],
     ) -> None:
         self.delivery = delivery
         self.targets = targets
+        self.rule = rule
         self._media_for = media_for
         self._egress_for = egress_for
 
     def tools(self, names: tuple[str, ...] = MESSAGE_TOOLS) -> dict[str, FunctionTool]:
         return {name: function_tool(getattr(self, name)) for name in names}
 
-    def _resolve(self, target: str, context: ToolContext) -> Destination | None:
-        return self.targets.resolve(target.strip() or "origin", context.origin)
+    async def _resolve(self, target: str, context: ToolContext) -> Destination | None:
+        """Where `target` is, or None when it names nowhere; ToolRefused where the agent may not act."""
+        to = self.targets.resolve(target.strip() or "origin", context.origin)
+        if to is not None:
+            refusal = await self.rule.refusal(context.agent, to, context.origin)
+            if refusal is not None:
+                raise ToolRefused(refusal)
+        return to
 
     async def _own(self, to: Destination, message_id: str) -> bool:
         ledger = self.delivery.ledger
@@ -68,7 +80,7 @@ class MessageTools:
                 chat ("telegram"), "platform:chat_id" or "platform:chat_id:thread_id".
             text: The message, in Markdown.
         """
-        to = self._resolve(target, context)
+        to = await self._resolve(target, context)
         if to is None:
             return _no_route(target)
         key = None
@@ -90,7 +102,7 @@ class MessageTools:
             message_id: The message to react to; the message you are answering when left out.
             target: The chat the message is in; "origin" (this conversation) when left out.
         """
-        to = self._resolve(target, context)
+        to = await self._resolve(target, context)
         if to is None:
             return _no_route(target)
         if message_id is None:
@@ -109,7 +121,7 @@ class MessageTools:
             text: The new text, in Markdown.
             target: The chat the message is in; "origin" (this conversation) when left out.
         """
-        to = self._resolve(target, context)
+        to = await self._resolve(target, context)
         if to is None:
             return _no_route(target)
         if not await self._own(to, message_id):
@@ -124,7 +136,7 @@ class MessageTools:
             message_id: The id of the bot's message (from an earlier tool result).
             target: The chat the message is in; "origin" (this conversation) when left out.
         """
-        to = self._resolve(target, context)
+        to = await self._resolve(target, context)
         if to is None:
             return _no_route(target)
         if not await self._own(to, message_id):
@@ -138,7 +150,7 @@ class MessageTools:
             name: The thread's title.
             target: The chat to open it in; "origin" (this conversation) when left out.
         """
-        to = self._resolve(target, context)
+        to = await self._resolve(target, context)
         if to is None:
             return _no_route(target)
         origin = context.origin
@@ -172,6 +184,7 @@ class MessageTools:
             filename: The name to post it under (defaults from the source).
             caption: Text shown with the file, in Markdown.
         """
+        await self._resolve(target, context)  # where it may not post, refused before a byte is loaded
         origin = context.origin
         key = None
         if origin is not None:

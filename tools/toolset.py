@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from botweave.agents import Agent
 from botweave.delivery import Delivery
 from botweave.files import FileLimits
-from botweave.targets import Targets
+from botweave.targets import TargetRule, Targets
 from botweave.tooling import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalRule, Egress, NeedsApproval, Tool
 from botweave.tools.config import AgentTools, McpServerConfig, ToolEntry
 from botweave.tools.fetch import FetchUrl
@@ -29,11 +29,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ToolServices:
-    """What the built-ins act through: delivery and targets, and each agent's media settings
-    (what `send_file` may post)."""
+    """What the built-ins act through: delivery and targets, the rule of where an agent's
+    message tools may act, and each agent's media settings (what `send_file` may post)."""
 
     delivery: Delivery
     targets: Targets
+    target_rule: TargetRule
     media_for: Callable[[str], FileLimits]
 
 
@@ -74,7 +75,11 @@ class Toolsets:
         self._agents = agents
         self._egress_for = egress_for
         self.messages = MessageTools(
-            services.delivery, services.targets, media_for=services.media_for, egress_for=egress_for
+            services.delivery,
+            services.targets,
+            rule=services.target_rule,
+            media_for=services.media_for,
+            egress_for=egress_for,
         )
         self.mcp = McpServers(mcp_servers(agents))
         self._mcp_offered: dict[str, set[str]] = {}  # per agent, the MCP tools it was given

@@ -179,6 +179,19 @@ class DiscordOutbound(Outbound):
             raise
         return str(data["id"])
 
+    async def direct_user(self, chat_id: str) -> str | None:
+        """The person of a DM channel: from discord.py's cache, or else asked of Discord."""
+        try:
+            channel_id = int(chat_id)
+        except ValueError:
+            return None
+        channel = self._client.get_channel(channel_id)
+        if channel is None:
+            channel = await self._client.fetch_channel(channel_id)
+        if isinstance(channel, discord.DMChannel) and channel.recipient is not None:
+            return str(channel.recipient.id)
+        return None
+
     async def direct_chat(self, user_id: str) -> str:
         """The DM channel with the user (opened once; discord.py caches it)."""
         channel = await self._client.create_dm(discord.Object(id=int(user_id)))

@@ -60,6 +60,7 @@ class SlackOutbound(Outbound):
         self._post_client = post_client
         self._posted = posted
         self._dm_channels: BoundedCache[str, str] = BoundedCache(1024)
+        self._dm_users: BoundedCache[str, str] = BoundedCache(1024)  # DM conversation -> its person ("" none)
         #: Set once Slack refused a custom `username` for want of `chat:write.customize`: the
         #: scope only changes on a reinstall, so asking again per post would only cost a refusal.
         self.identities_refused = False
@@ -212,6 +213,20 @@ class SlackOutbound(Outbound):
 
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         await self._client.reactions_add(channel=chat_id, timestamp=message_id, name=emoji_to_reaction(emoji))
+
+    async def direct_user(self, chat_id: str) -> str | None:
+        """The person of a direct-message conversation (ids starting with D): `conversations.info`,
+        once per conversation."""
+        if not chat_id.startswith("D"):
+            return None
+        cached = self._dm_users.get(chat_id)
+        if cached is not None:
+            return cached or None
+        response = await self._client.conversations_info(channel=chat_id)
+        channel = response.get("channel") or {}
+        user = str(channel.get("user") or "") if channel.get("is_im") else ""
+        self._dm_users.put(chat_id, user)
+        return user or None
 
     async def direct_chat(self, user_id: str) -> str:
         """The DM channel with a user: `conversations.open`, once per user."""

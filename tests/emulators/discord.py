@@ -687,6 +687,7 @@ class DiscordEmulator:
             ("GET", "/oauth2/applications/@me", self._application),
             ("GET", "/applications/@me", self._application),
             ("POST", "/channels/{channel}/messages", self._create_message),
+            ("GET", "/channels/{channel}", self._get_channel),
             ("GET", "/channels/{channel}/messages/{message}", self._get_message),
             ("PATCH", "/channels/{channel}/messages/{message}", self._edit_message),
             ("DELETE", "/channels/{channel}/messages/{message}", self._delete_message),
@@ -936,6 +937,13 @@ class DiscordEmulator:
     def _invalid_form(self, key: str, code: str, message: str) -> web.Response:
         errors = {key: {"_errors": [{"code": code, "message": message}]}}
         return self._json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        """Get Channel: a guild channel or thread, or the one DM channel here (Alice's)."""
+        channel_id = request.match_info["channel"]
+        if not self._known_channel(channel_id):
+            return self._not_found("Channel", 10003)
+        return self._json(self._channel_object(channel_id, self.alice))
 
     async def _get_message(self, request: web.Request) -> web.Response:
         data = self.messages.get(request.match_info["message"])

@@ -793,6 +793,8 @@ class SlackEmulator:
                 "is_im": kind == "im",
                 "is_mpim": kind == "mpim",
                 "is_private": kind in ("group", "mpim", "im"),
+                # a DM opened here is "D" + the person's id without its "U"
+                **({"user": "U" + channel.removeprefix("D")} if kind == "im" else {}),
             },
         }
 
