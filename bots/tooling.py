@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -196,15 +197,43 @@ class ToolCall:
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
-    """The model's argument text as a mapping; an empty text is no arguments."""
+    """The model's argument text as a mapping; an empty text is no arguments.
+
+    Whatever the text, the result is a ToolError or a mapping a tool can use: JSON nested too
+    deep to read is an error, and a lone surrogate (valid as a JSON escape, but no character
+    any encoder takes) becomes U+FFFD, as it does in what platforms send.
+    """
     if not raw.strip():
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ToolError(f"the arguments are not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ToolError("the arguments are nested too deep") from None
     if not isinstance(value, dict):
         raise ToolError("the arguments must be a JSON object")
+    if _SURROGATE.search(raw) or _SURROGATE_ESCAPE.search(raw):
+        try:
+            return _encodable(value)  # type: ignore[no-any-return]
+        except RecursionError:
+            raise ToolError("the arguments are nested too deep") from None
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings replaced by U+FFFD (json.loads joins
+    the escapes of a proper pair into one character, so what is left is lone)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
     return value
 
 

@@ -4,6 +4,7 @@ streams; Python tools from tests/tooldemo.py run for real."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -109,6 +110,25 @@ async def test_failing_slow_unknown_and_misused_tools_answer_errors_and_the_turn
     assert "tool explode raised RuntimeError" in caplog.text
     assert "tool slow_lookup timed out" in caplog.text
     assert "hunter2" not in caplog.text, "tool arguments never reach the log"
+
+
+async def test_a_lone_surrogate_in_the_arguments_is_replaced_not_a_crash(llm, caplog):
+    app, adapter = make_app(llm, ["send_message"])
+    llm.queue_tool_calls(tool_call("send_message", '{"target": "origin", "text": "half an emoji: \\ud83d!"}'))
+    llm.queue_text("ok")
+    assert (await app.handle(message("go"))).status == "replied"
+    assert llm.tool_output(llm.issued_calls[0].id)["status"] == "ok"
+    assert adapter.texts() == ["half an emoji: \ufffd!", "ok"]
+    assert " raised " not in caplog.text
+
+
+async def test_arguments_nested_too_deep_to_read_are_an_error(llm):
+    from botweave.tooling import ToolCall, ToolContext, run_call
+
+    app, _ = make_app(llm, [WEATHER])
+    deep = ToolCall("c1", "weather", "[" * 5000 + "]" * 5000)
+    text = await run_call(deep, app.agents["remote"].tools, ToolContext("remote"))
+    assert json.loads(text) == {"error": "the arguments are nested too deep"}
 
 
 async def test_streaming_streams_the_final_answer_after_the_tool_rounds(llm):
@@ -230,5 +250,5 @@ def test_a_python_tool_that_cannot_be_found_is_named_at_load_time(llm):
 
 def test_a_module_star_offers_every_marked_function(llm):
     app, _ = make_app(llm, [{"python": "tests.tooldemo:*"}])
-    assert sorted(app.agents["remote"].tools) == ["explode", "nap", "slow_lookup", "weather", "whoami"]
+    assert sorted(app.agents["remote"].tools) == ["book", "explode", "nap", "slow_lookup", "weather", "whoami"]
     assert app.agents["remote"].tools["slow_lookup"].timeout_seconds == 0.2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from typing import Literal
 
@@ -54,3 +55,16 @@ def whoami(context: ToolContext) -> dict:
     origin = context.origin
     return {"agent": context.agent, "message_id": origin.message_id if origin else None}
 
+
+
+@tool
+def book(day: datetime.date, seats: int, names: list[str], note: str | None = None) -> dict:
+    """Book a table (a tool with several argument types, for the fuzz tests).
+
+    Args:
+        day: The day, e.g. 2030-01-31.
+        seats: How many seats.
+        names: Who is coming.
+        note: Anything the restaurant should know.
+    """
+    return {"day": day.isoformat(), "seats": seats, "names": names, "note": note}

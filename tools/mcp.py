@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
-from botweave.tasks import TaskOwner, spawn
+from botweave.tasks import ONE_LINE_FAILURES, TaskOwner, spawn
 from botweave.tooling import ToolContext, ToolError
 from botweave.tools.config import McpServerConfig
 from botweave.tools.mcp_stdio import Command, Link, stdio
@@ -53,6 +53,9 @@ CALL_READ_TIMEOUT_SECONDS = 24 * 3600.0
 MAX_TOOL_PAGES = 100
 MAX_ERROR_CHARS = 500
 _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
+#: The SDK's loggers that log what a server got wrong with a traceback (a notification that
+#: does not validate, an HTTP answer that could not be read): one line each, as ours are.
+SDK_LOGGERS = ("client", "mcp.client.streamable_http", "mcp.shared.jsonrpc_dispatcher")
 #: JSON-RPC errors that are about the call itself, not the connection (no health check).
 _CALL_ERRORS = frozenset({-32602, -32601})  # invalid params, method not found
 
@@ -115,6 +118,8 @@ class McpServer:
     """One configured server, its connection and the supervisor that keeps it up."""
 
     def __init__(self, name: str, config: McpServerConfig, *, on_tools: Callable[[str], None] | None = None) -> None:
+        for logger in SDK_LOGGERS:
+            logging.getLogger(logger).addFilter(ONE_LINE_FAILURES)
         self.name = name
         self.config = config
         self.on_tools = on_tools

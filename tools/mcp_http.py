@@ -10,17 +10,14 @@ stream of server notifications is left to the SDK's per-event bound.
 
 `ResponseTooLarge` is both an httpx2 stream error and an SSE error because those are what
 the SDK turns into a failed request (for a JSON answer and an event stream respectively)
-rather than into a failure of the whole connection. The SDK logs such a failure with its
-traceback; its transport's logger gets the product's one-line failure filter.
+rather than into a failure of the whole connection.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Mapping
 
 import httpx2
-from botweave.tasks import ONE_LINE_FAILURES
 
 CONNECT_TIMEOUT_SECONDS = 30.0
 #: How long an event stream may go quiet: a tool may work for a while before it answers.
@@ -82,7 +79,6 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
 def bounded_client(headers: Mapping[str, str], max_response_bytes: int) -> httpx2.AsyncClient:
     """The HTTP client one MCP connection uses; the caller closes it."""
-    logging.getLogger("mcp.client.streamable_http").addFilter(ONE_LINE_FAILURES)
     return httpx2.AsyncClient(
         headers=dict(headers),
         timeout=httpx2.Timeout(CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),
