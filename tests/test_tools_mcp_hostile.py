@@ -184,3 +184,18 @@ async def test_an_http_server_that_went_away_is_connected_again_when_it_is_back(
         assert (await call(app, llm, "notes__add", {"a": 2, "b": 2}))[0] == {"result": 4}
     assert "MCP server notes stopped (its connection closed)" in caplog.text
     assert "MCP server notes is back (4 tools)" in caplog.text
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 10_000])
+def test_lines_are_framed_within_the_limit_however_the_bytes_arrive(piece):
+    from botweave.tools.mcp_stdio import Line, LineFramer, Oversize
+
+    stream = b'{"id": 1}\n' + b"y" * 50 + b"\n" + b'{"id": 2, "big": "' + b"z" * 5000 + b'"}\n\n' + b"tail"
+    framer = LineFramer(limit=100)
+    frames = []
+    for start in range(0, len(stream), piece):
+        frames += framer.feed(stream[start:start + piece])
+    assert frames[:2] == [Line(b'{"id": 1}'), Line(b"y" * 50)]
+    assert isinstance(frames[2], Oversize) and frames[2].head.startswith(b'{"id": 2, "big": "zzz')
+    assert frames[3:] == [Line(b"")]
+    assert framer.skipped == 0, "the long line ended: back in step"

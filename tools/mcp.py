@@ -15,7 +15,7 @@ start-up is logged and the bot runs without its tools until it comes up. One tha
 timed out or failed in transit, it does not answer within `PING_TIMEOUT_SECONDS`) is
 restarted with growing pauses: one log line when it goes, one when it is back, and its tools
 answer `{"error": ...}` naming the server meanwhile. Whenever it (re)connects its tool list
-is read again and `on_tools` tells the owner, who offers the new list to the agents.
+is read again and its `on_tools` tells the owner, who offers the new list to the agents.
 
 The SDK's client lives inside anyio task groups, which must be entered and left by the same
 task; so each connection is held open by a task of its own (`_hold`) that the supervisor
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 SEPARATOR = "__"
 STOP_TIMEOUT_SECONDS = 10.0
-#: How long a server suspected of being wedged has to answer a ping.
+#: How long a server suspected of being wedged has to answer a check (a request for its tools).
 PING_TIMEOUT_SECONDS = 5.0
 #: Pauses before each try to bring a server back; the last one repeats.
 RESTART_PAUSES = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -117,12 +117,13 @@ def _why(exc: BaseException) -> str:
 class McpServer:
     """One configured server, its connection and the supervisor that keeps it up."""
 
-    def __init__(self, name: str, config: McpServerConfig, *, on_tools: Callable[[str], None] | None = None) -> None:
+    def __init__(self, name: str, config: McpServerConfig) -> None:
         for logger in SDK_LOGGERS:
             logging.getLogger(logger).addFilter(ONE_LINE_FAILURES)
         self.name = name
         self.config = config
-        self.on_tools = on_tools
+        #: Called with the server's name whenever its tool list was read (again).
+        self.on_tools: Callable[[str], None] | None = None
         self.tools: list[Any] = []  # the SDK's Tool descriptions, as last listed
         self.error: str | None = None  # why the server is down, while it is
         self.restarts = 0
@@ -264,12 +265,10 @@ class McpServer:
     def _announce(self, first: asyncio.Future[None]) -> None:
         if not first.done():
             log.info("MCP server %s: %d tools", self.name, len(self.tools))
+            first.set_result(None)
         else:
             self.restarts += 1
             log.warning("MCP server %s is back (%d tools)", self.name, len(self.tools))
-        self.error = None
-        if not first.done():
-            first.set_result(None)
         if self.on_tools is not None:
             self.on_tools(self.name)
 
@@ -334,11 +333,10 @@ class McpServer:
 
 
 class McpServers:
-    """Every MCP server the agents name, each started once however many agents use it.
-    `on_tools(server)` is called whenever a server's tool list was read again."""
+    """Every MCP server the agents name, each started once however many agents use it."""
 
-    def __init__(self, servers: Mapping[str, McpServerConfig], on_tools: Callable[[str], None] | None = None) -> None:
-        self.servers = {name: McpServer(name, config, on_tools=on_tools) for name, config in servers.items()}
+    def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
+        self.servers = {name: McpServer(name, config) for name, config in servers.items()}
 
     async def start(self) -> None:
         if self.servers:
