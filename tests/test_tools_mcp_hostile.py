@@ -18,25 +18,16 @@ from botweave import App
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.mcp_server import free_port, serve_http
 from tests.support import RecordingAdapter, StartApp, message
+from tests.test_tools_mcp import config as base_config
 
 HOSTILE = str(Path(__file__).with_name("hostile_mcp_server.py"))
 
 
 def config(llm: OpenAIEmulator, server: dict[str, Any], *, timeout: float = 20, name: str = "hostile",
            **extra: Any) -> dict[str, Any]:
-    return {
-        "bot": {"unknown_user_policy": "allow"},
-        "agents": {
-            "remote": {
-                "model": "openai/gpt-emulated",
-                "api_base": llm.base_url,
-                "api_key": "sk-loopback",
-                "tools": [{"mcp": {name: server}, "timeout_seconds": timeout}],
-            }
-        },
-        "platforms": {"console": {"enabled": False}},
-        **extra,
-    }
+    made = base_config(llm, {name: server}, **extra)
+    made["agents"]["remote"]["tools"][0]["timeout_seconds"] = timeout
+    return made
 
 
 def hostile(tmp_path: Path, **env: str) -> dict[str, Any]:
