@@ -59,10 +59,14 @@ class MessageTargetRule:
             return None
         if to.chat_id == to.adapter.home_chat() or named_in(self._allow_targets.get(agent, ()), to):
             return None
+        config = self._config_for(platform)
+        if chat_admitted(to.chat_id, config):
+            return None  # open as any chat: no need to ask the platform whose it is
         person = await to.adapter.direct_user(to.chat_id)
-        known = person is not None and await self._access.known(platform, person)
-        if chat_admitted(to.chat_id, self._config_for(platform), direct_with=person, known_user=known):
-            return None
+        if person is not None:
+            known = await self._access.known(platform, person)
+            if chat_admitted(to.chat_id, config, direct_with=person, known_user=known):
+                return None
         where = f"{platform}:{to.chat_id}"
         return (
             f"{where} is not a chat this bot talks in (its allowlists, unknown-user policy and pairing); "
