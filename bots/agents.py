@@ -14,6 +14,7 @@ from typing import Any
 
 from botweave.config import AgentConfig
 from botweave.metrics import model_call
+from botweave.mime import UNKNOWN, base_mime
 from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
@@ -202,7 +203,8 @@ class UserTurn:
 
 
 def decode_data_url(url: str) -> tuple[str, bytes] | None:
-    """(type, bytes) of a base64 `data:` URL; None for anything else."""
+    """(type, bytes) of a base64 `data:` URL; None for anything else. The type is the model's
+    to write, so one that is not a MIME type is unknown."""
     if not url.startswith("data:") or "," not in url:
         return None
     header, payload = url[len("data:") :].split(",", 1)
@@ -210,7 +212,7 @@ def decode_data_url(url: str) -> tuple[str, bytes] | None:
     if "base64" not in parts[1:]:
         return None
     try:
-        return (parts[0] or "application/octet-stream"), base64.b64decode(payload, validate=True)
+        return (base_mime(parts[0]) or UNKNOWN), base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         return None
 

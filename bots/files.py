@@ -18,12 +18,11 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import fnmatch
 import logging
 import mimetypes
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -32,6 +31,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import aiohttp
 from botweave.adapter import ByteLimit, FileTooLarge, FileUnavailable
 from botweave.delivery import Delivery
+from botweave.mime import UNKNOWN, base_mime, clean_mime
 from botweave.targets import Targets
 from botweave.types import BotMessage, MessageActionResult, OutboundFile
 
@@ -54,6 +54,8 @@ class FileLimits(Protocol):
 
 
 CHUNK_BYTES = 64 * 1024
+#: The longest file name or type quoted back to a person; longer ones end in an ellipsis.
+QUOTED_CHARS = 60
 MAX_REDIRECTS = 5
 DOCUMENT_MIMES = frozenset({"application/pdf", "application/json", "application/xml", "application/x-yaml"})
 _TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=60)
@@ -75,11 +77,6 @@ _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
 # --- what a file is --------------------------------------------------------------------------
 
 
-def base_mime(mime: object) -> str:
-    """`Image/PNG; charset=x` → `image/png`; anything unusable → ''."""
-    return str(mime or "").split(";", 1)[0].strip().lower()
-
-
 def sniff_mime(data: bytes) -> str | None:
     """The type the bytes themselves announce, for the common image, audio and PDF formats."""
     for magic, offset, mime in _SIGNATURES:
@@ -95,17 +92,19 @@ def guess_mime(filename: str | None) -> str | None:
 
 
 def mime_of(ref: Mapping[str, Any]) -> str:
-    """An attachment's type: as the platform declared it, else guessed from its name."""
+    """An attachment's type: as the platform declared it (when that is a MIME type at all),
+    else guessed from its name, else unknown."""
     declared = base_mime(ref.get("mime"))
-    if declared and declared != "application/octet-stream":
+    if declared and declared != UNKNOWN:
         return declared
-    return base_mime(guess_mime(ref.get("filename"))) or declared or "application/octet-stream"
+    return base_mime(guess_mime(ref.get("filename"))) or UNKNOWN
 
 
-def mime_allowed(mime: str, patterns: Iterable[str]) -> bool:
-    """`image/png` against `image/*`, `*/*` or `image/png`."""
-    mime = base_mime(mime)
-    return any(fnmatch.fnmatchcase(mime, pattern) for pattern in patterns)
+def declared_mime(ref: Mapping[str, Any]) -> str:
+    """`mime_of` with the parameters the platform declared (a text file's charset)."""
+    mime = mime_of(ref)
+    declared = clean_mime(ref.get("mime"))
+    return declared if declared is not None and base_mime(declared) == mime else mime
 
 
 def kind_of(ref: Mapping[str, Any]) -> FileKind:
@@ -156,10 +155,16 @@ def marker(ref: Mapping[str, Any], *, size: int | None = None, mime: str | None 
     return f"[{text}: {note}]" if note else f"[{text}]"
 
 
+def shorten(text: str, limit: int = QUOTED_CHARS) -> str:
+    """`text` as a notice may quote it: at most `limit` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def display_name(ref: Mapping[str, Any]) -> str:
-    """How a notice names a file to the person who sent it."""
+    """How a notice names a file to the person who sent it (shortened: the name is theirs to
+    choose, and a notice is one short message)."""
     name = str(ref.get("filename") or "")
-    return name or f"the {kind_of(ref)}"
+    return shorten(name) if name else f"the {kind_of(ref)}"
 
 
 def message_text(msg: BotMessage) -> str:
@@ -222,7 +227,7 @@ def make_file(data: bytes, filename: str | None = None, mime: str | None = None,
     """An outbound file with a name and a type: the type given, else what the name says, else
     what the bytes say, else what the server said it sent."""
     chosen = base_mime(mime) or base_mime(guess_mime(filename)) or sniff_mime(data) or base_mime(served_as)
-    chosen = chosen or "application/octet-stream"
+    chosen = chosen or UNKNOWN
     return OutboundFile(data, _filename_for(chosen, filename), chosen)
 
 

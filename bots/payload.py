@@ -10,7 +10,9 @@ in whatever reads it. Each adapter therefore describes the fields it reads as a 
 - an object missing a field it cannot do without (a message without a chat) is itself absent;
 - fields the schema does not describe are kept for the SDK (cleaned the same way);
 - every string is made safe for the model call (`clean_text`), every number bounded, every
-  list capped, and anything nested deeper than `MAX_DEPTH` dropped.
+  list capped, and anything nested deeper than `MAX_DEPTH` dropped;
+- a declared file type (`MIME`) is a MIME type or absent, so no platform's value can carry a
+  line break into a header, or pages of text into a notice.
 
 So a normaliser reading a sanitised payload finds each described field either absent or of
 its type, and nothing it hands on can make the model call fail.
@@ -24,6 +26,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from botweave.mime import clean_mime
 
 MAX_DEPTH: Final = 40  # deeper than any real payload; deeper subtrees are dropped
 MAX_ITEMS: Final = 1000  # longer lists are cut here
@@ -112,12 +116,19 @@ def _numeric_id(value: Any) -> Any:
     return value if type(value) is int and 0 <= value < MAX_INT else INVALID
 
 
+def _mime(value: Any) -> Any:
+    """A declared file type: a MIME type (normalised, see `botweave.mime`), or not usable."""
+    clean = clean_mime(value)
+    return INVALID if clean is None else clean
+
+
 STR: Final = Scalar("str", _str)
 INT: Final = Scalar("int", _int)
 BOOL: Final = Scalar("bool", _bool)
 NUMBER: Final = Scalar("number", _number)
 TIMESTAMP: Final = Scalar("timestamp", _timestamp)
 NUMERIC_ID: Final = Scalar("numeric id", _numeric_id)
+MIME: Final = Scalar("MIME type", _mime)
 
 
 def one_of(*values: str) -> Scalar:

@@ -3,14 +3,13 @@ on top of it (`AgentMedia`, part of its `agents.NAME` section)."""
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Optional
 
 from botweave.config import Section, problem, raise_problems
+from botweave.mime import is_mime_pattern
 from pydantic import Field, SecretStr, field_validator
 
 DEFAULT_ALLOW_MIME = ("image/*", "text/*", "application/pdf", "audio/*")
-_MIME_PATTERN = re.compile(r"^(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)$")
 
 
 class TranscriptionConfig(Section):
@@ -34,6 +33,11 @@ class MediaConfig(Section):
     allow_mime: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOW_MIME))
     #: The most text taken from one document (text files, PDFs).
     document_chars: Annotated[int, Field(ge=0)] = 20_000
+    #: The most pages of a PDF read; the sender is told when there were more.
+    document_pages: Annotated[int, Field(ge=1)] = 100
+    #: The longest a PDF is read for, in seconds; what was read by then is what the agent gets,
+    #: and the sender is told.
+    document_seconds: Annotated[float, Field(gt=0, le=300)] = 5.0
     #: The only folder `send_file` may post files from by path; unset, no path is allowed.
     files_dir: Optional[str] = None
     transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
@@ -49,7 +53,7 @@ class MediaConfig(Section):
         patterns = []
         for index, item in enumerate(value):
             text = str(item).strip().lower()
-            if not _MIME_PATTERN.match(text):
+            if not is_mime_pattern(text):
                 problems.append(
                     problem(
                         (index,),
@@ -82,6 +86,8 @@ class MediaOverrides(Section):
     max_files: Optional[Annotated[int, Field(ge=0)]] = None
     allow_mime: Optional[list[str]] = None
     document_chars: Optional[Annotated[int, Field(ge=0)]] = None
+    document_pages: Optional[Annotated[int, Field(ge=1)]] = None
+    document_seconds: Optional[Annotated[float, Field(gt=0, le=300)]] = None
     files_dir: Optional[str] = None
     transcription: Optional[TranscriptionConfig] = None
 

@@ -7,8 +7,10 @@ is judged before a byte moves — its type against `allow_mime`, its place again
 note with no transcription model, a video: a marker is all the agent gets) — and then read
 through the platform's adapter within `max_bytes`:
 
-- images become content parts (the bytes themselves, scaled only above the provider's limit);
-- text files and PDFs become text, cut at `document_chars`;
+- images become content parts (the bytes themselves, scaled only above the provider's limit;
+  one too large to decode is refused from its header, and its sender told);
+- text files and PDFs become text, cut at `document_chars`; a PDF is read for at most
+  `document_pages` pages and `document_seconds` seconds, and its sender told what was left;
 - voice notes and audio become a transcript prefixed `[voice]`.
 
 Whatever was not read is still named to the agent by a marker (`[image image/png 12 KB]`), so
@@ -28,19 +30,21 @@ from typing import Any
 from botweave.adapter import Adapter, FileTooLarge, FileUnavailable
 from botweave.agents import Agent, UserTurn
 from botweave.files import (
+    declared_mime,
     display_name,
     human_size,
     is_file,
     kind_of,
     marker,
-    mime_allowed,
     mime_of,
+    shorten,
     sniff_mime,
 )
 from botweave.media.config import MediaConfig
-from botweave.media.documents import extract
-from botweave.media.images import ImageLimit, ImageUnreadable, fit, image_part, limit_for
+from botweave.media.documents import ENCRYPTED, NO_TEXT, UNREADABLE, Budget, Extracted, extract
+from botweave.media.images import ImageLimit, ImageTooLarge, ImageUnreadable, fit, image_part, limit_for
 from botweave.media.speech import TranscriptionFailed, transcribe
+from botweave.mime import mime_allowed
 from botweave.model_calls import load_litellm
 from botweave.pipeline import Handler, Inbound, TurnOutcome
 from botweave.types import BotMessage
@@ -125,7 +129,7 @@ class MediaReader:
     async def _read_one(self, ref: Mapping[str, Any], index: int, parts: _Parts) -> None:
         mime, kind, name = mime_of(ref), kind_of(ref), display_name(ref)
         if not mime_allowed(mime, self.media.allow_mime):
-            parts.problems.append(f"{name} was not read ({mime} files are not accepted)")
+            parts.problems.append(f"{name} was not read ({shorten(mime)} files are not accepted)")
             parts.both(marker(ref, note="not read"))
             return
         if index >= self.media.max_files:
@@ -146,7 +150,7 @@ class MediaReader:
         if kind == "image":
             await self._image(ref, data, parts)
         elif kind == "document":
-            await self._document(ref, mime, data, parts)
+            await self._document(ref, mime, name, data, parts)
         else:
             await self._voice(ref, mime, data, parts)
 
@@ -185,6 +189,13 @@ class MediaReader:
             self._image_limit = await limit_for(self.agent.model)
         try:
             sent, sent_mime = await asyncio.to_thread(fit, data, mime, self._image_limit)  # scaling is CPU work
+        except ImageTooLarge as exc:
+            log.info("an image was refused: %s", exc)
+            pixels = f" ({exc.size[0]}×{exc.size[1]} pixels)" if exc.size else ""
+            if not replied:
+                parts.problems.append(f"{display_name(ref)} is too large to look at{pixels}")
+            parts.both(marker(ref, size=len(data), mime=mime, note=f"not read: too large to look at{pixels}"))
+            return
         except ImageUnreadable as exc:
             log.info("an image could not be read: %s", exc)
             parts.both(marker(ref, size=len(data), mime=mime, note="unreadable image"))
@@ -192,16 +203,23 @@ class MediaReader:
         parts.images.append(image_part(sent, sent_mime))
         parts.record.append(f"[in reply to: {shown[1:]}" if replied else shown)
 
-    async def _document(self, ref: Mapping[str, Any], mime: str, data: bytes, parts: _Parts) -> None:
-        full_mime = str(ref.get("mime") or mime)
-        charset_mime = full_mime if "charset" in full_mime else mime
-        extracted = await asyncio.to_thread(extract, data, charset_mime, self.media.document_chars)
+    async def _document(self, ref: Mapping[str, Any], mime: str, name: str, data: bytes, parts: _Parts) -> None:
+        media = self.media
+        budget = Budget(media.document_chars, media.document_pages, media.document_seconds)
+        extracted = await extract(data, declared_mime(ref), budget)
         shown = marker(ref, size=len(data), mime=mime)
+        shortfall = _shortfall(name, extracted, budget)
+        if shortfall:
+            parts.problems.append(shortfall)
         if extracted.problem:
             parts.both(marker(ref, size=len(data), mime=mime, note=extracted.problem))
             return
-        cut = f"\n[… cut at {self.media.document_chars} characters]" if extracted.cut else ""
-        parts.lines.append(f"{shown}\n{extracted.text}{cut}\n[end of {display_name(ref)}]")
+        cut = ""
+        if extracted.cut:
+            cut = f"\n[… cut at {media.document_chars} characters]"
+        elif extracted.stopped:
+            cut = f"\n[… read the first {extracted.pages_read} of {extracted.pages} pages]"
+        parts.lines.append(f"{shown}\n{extracted.text}{cut}\n[end of {name}]")
         parts.record.append(shown)
 
     async def _voice(self, ref: Mapping[str, Any], mime: str, data: bytes, parts: _Parts) -> None:
@@ -212,6 +230,28 @@ class MediaReader:
             parts.both(marker(ref, size=len(data), mime=mime, note="transcription failed"))
             return
         parts.both(f"[voice] {text}" if text else marker(ref, size=len(data), mime=mime, note="no speech heard"))
+
+
+def _shortfall(name: str, extracted: Extracted, budget: Budget) -> str | None:
+    """What the sender is told about a document that was not read whole. Its text cut at
+    `document_chars`, or a scan without text, is not news to them: the agent is told, and
+    says what it read."""
+    if extracted.problem:
+        if extracted.problem == NO_TEXT:
+            return None
+        if extracted.problem == ENCRYPTED:
+            return f"{name} is encrypted"
+        return f"{name} could not be read" if extracted.problem == UNREADABLE else f"{name}: {extracted.problem}"
+    pages = f"only the first {extracted.pages_read} of {extracted.pages} pages"
+    if extracted.stopped == "pages":
+        return f"{name}: {pages} were read"
+    if extracted.stopped == "time":
+        return f"{name}: {pages} were read in the {budget.seconds:g} s allowed"
+    if extracted.stopped == "failed":
+        return f"{name}: {pages} could be read"
+    if extracted.pages_failed:
+        return f"{name}: {extracted.pages_failed} of its {extracted.pages} pages could not be read"
+    return None
 
 
 def _notice(problems: list[str]) -> str | None:

@@ -19,10 +19,11 @@ import pytest_asyncio
 from aiohttp import web
 from botweave import App
 from botweave.config import ConfigError
-from botweave.files import human_size, marker, mime_allowed
+from botweave.files import human_size, marker
 from botweave.hooks import HookEvent
-from botweave.media.documents import extract
+from botweave.media.documents import Budget, extract
 from botweave.media.images import ImageLimit, ImageUnreadable, fit
+from botweave.mime import mime_allowed
 from botweave.runtime.config import load_config
 from PIL import Image
 
@@ -159,15 +160,20 @@ def test_media_settings_are_checked_with_precise_errors():
     with pytest.raises(ConfigError) as error:
         load_config({
             "agents": {"a": {"model": "m", "vision": "sometimes", "media": {"max_files": -1}}},
-            "media": {"allow_mime": ["image/*", "pdf"], "max_bytes": 0, "transcripton": {}},
+            "media": {
+                "allow_mime": ["image/*", "pdf"], "max_bytes": 0, "transcripton": {}, "document_pages": 0,
+                "document_seconds": 0,
+            },
         })
     assert error.value.problems == [
         "agents.a.vision: must be auto, true or false (got 'sometimes')",
         "agents.a.media.max_files: must be at least 0 (got -1)",
         "media.max_bytes: must be at least 1 (got 0)",
         "media.allow_mime.1: 'pdf' is not a MIME type; write type/subtype, e.g. image/png, image/* or application/pdf",
+        "media.document_pages: must be at least 1 (got 0)",
+        "media.document_seconds: must be greater than 0.0 (got 0)",
         "media.transcripton: unknown key (did you mean 'transcription'?); allowed keys: max_bytes, max_files, "
-        "allow_mime, document_chars, files_dir, transcription",
+        "allow_mime, document_chars, document_pages, document_seconds, files_dir, transcription",
     ]
 
 
@@ -230,12 +236,12 @@ def test_images_are_shrunk_only_above_the_providers_limit():
         fit(b"not an image", "image/bmp")
 
 
-def test_text_documents_are_decoded_and_cut():
+async def test_text_documents_are_decoded_and_cut():
     text = "naïve café " * 10
-    assert extract(text.encode("latin-1"), "text/plain; charset=latin-1", 11).text == "naïve café "
-    cut = extract(text.encode(), "text/plain", 20)
+    assert (await extract(text.encode("latin-1"), "text/plain; charset=latin-1", Budget(11))).text == "naïve café "
+    cut = await extract(text.encode(), "text/plain", Budget(20))
     assert cut.cut and len(cut.text) == 20
-    assert extract(b"%PDF-1.4 broken", "application/pdf", 100).problem == "the PDF could not be read"
+    assert (await extract(b"%PDF-1.4 broken", "application/pdf", Budget(100))).problem == "the PDF could not be read"
 
 
 async def test_the_send_file_tool_posts_through_delivery_and_tells_the_model_the_ids(

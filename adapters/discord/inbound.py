@@ -18,6 +18,7 @@ from typing import Any
 
 import discord
 from botweave.adapter import Adapter
+from botweave.mime import clean_mime
 from botweave.payload import Dropped, sanitise
 from botweave.tasks import failure_line
 from botweave.types import (
@@ -464,7 +465,7 @@ class DiscordInbound:
 def _attachment(attachment: discord.Attachment) -> dict[str, Any]:
     return {
         "url": attachment.url,
-        "mime": attachment.content_type or "",
+        "mime": clean_mime(attachment.content_type) or "",
         "size": attachment.size,
         "filename": attachment.filename,
         "file_id": str(attachment.id),

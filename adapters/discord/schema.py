@@ -17,6 +17,7 @@ from botweave.payload import (
     BOOL,
     INT,
     INVALID,
+    MIME,
     NUMBER,
     NUMERIC_ID,
     STR,
@@ -61,7 +62,7 @@ MEMBER = Schema("member").define(
 MENTION = Schema("mentioned user").define({**USER.fields, "member": MEMBER}, required=USER.required)
 ATTACHMENT = Schema("attachment").define(
     {
-        "id": NUMERIC_ID, "filename": STR, "size": INT, "url": STR, "proxy_url": STR, "content_type": STR,
+        "id": NUMERIC_ID, "filename": STR, "size": INT, "url": STR, "proxy_url": STR, "content_type": MIME,
         "height": Nullable(INT), "width": Nullable(INT), "description": STR, "ephemeral": BOOL,
         "duration_secs": NUMBER, "waveform": STR, "flags": INT, "title": STR,
     },

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from botweave.adapter import Adapter
+from botweave.mime import clean_mime
 from botweave.payload import clean_text
 from botweave.tasks import TaskOwner, failure_line
 from botweave.types import (
@@ -449,7 +450,7 @@ def _attachments(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {
             "url": f.get("url_private") or f.get("url_private_download"),
             "file_id": f.get("id"),
-            "mime": f.get("mimetype"),
+            "mime": clean_mime(f.get("mimetype")),
             "size": f.get("size"),
             "filename": f.get("name"),
         }

@@ -16,6 +16,7 @@ from botweave.payload import (
     BOOL,
     INT,
     INVALID,
+    MIME,
     STR,
     Dropped,
     ListOf,
@@ -60,7 +61,7 @@ AUTHORIZATION = Schema("authorization").define(
     {"enterprise_id": STR, "team_id": STR, "user_id": STR, "is_bot": BOOL, "is_enterprise_install": BOOL}
 )
 FILE = Schema("file").define(
-    {"id": STR, "name": STR, "mimetype": STR, "url_private": STR, "url_private_download": STR, "size": INT}
+    {"id": STR, "name": STR, "mimetype": MIME, "url_private": STR, "url_private_download": STR, "size": INT}
 )
 BOT_PROFILE = Schema("bot_profile").define({"name": STR, "id": STR})
 MESSAGE = Schema("message").define(

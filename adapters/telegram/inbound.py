@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
+from botweave.mime import clean_mime
 from botweave.tasks import failure_line
 from botweave.types import (
     META_MENTIONS_BOT,
@@ -104,12 +105,18 @@ def thread_of(message: Message) -> str | None:
 # --- content -----------------------------------------------------------------------------
 
 
+#: What a file is when Telegram does not say (or says something that is not a MIME type): a
+#: voice note is always OGG/Opus, whatever else is unknown.
+_DEFAULT_MIME = {"voice": "audio/ogg"}
+
+
 def _file(kind: str, media: Any, *, mime: str | None = None, filename: str | None = None) -> dict[str, Any]:
+    declared = mime if mime is not None else clean_mime(getattr(media, "mime_type", None))
     attachment: dict[str, Any] = {
         "type": kind,
         "file_id": media.file_id,
         "file_unique_id": media.file_unique_id,
-        "mime": mime if mime is not None else getattr(media, "mime_type", None),
+        "mime": declared or _DEFAULT_MIME.get(kind),
         "size": getattr(media, "file_size", None),
         "filename": filename if filename is not None else getattr(media, "file_name", None),
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botweave.payload import BOOL, INT, NUMBER, STR, TIMESTAMP, Dropped, ListOf, Schema, Spec, sanitise
+from botweave.payload import BOOL, INT, MIME, NUMBER, STR, TIMESTAMP, Dropped, ListOf, Schema, Spec, sanitise
 from telegram import Bot, Update
 
 USER = Schema("User").define(
@@ -34,20 +34,20 @@ _FILE: dict[str, Spec] = {"file_id": STR, "file_unique_id": STR, "file_size": IN
 _FILE_IDS = ("file_id", "file_unique_id")
 PHOTO = Schema("PhotoSize").define({**_FILE, "width": INT, "height": INT}, required=(*_FILE_IDS, "width", "height"))
 _VISUAL: dict[str, Spec] = {
-    **_FILE, "width": INT, "height": INT, "duration": INT, "file_name": STR, "mime_type": STR, "thumbnail": PHOTO,
+    **_FILE, "width": INT, "height": INT, "duration": INT, "file_name": STR, "mime_type": MIME, "thumbnail": PHOTO,
 }
 ANIMATION = Schema("Animation").define(_VISUAL, required=(*_FILE_IDS, "width", "height", "duration"))
 VIDEO = Schema("Video").define(_VISUAL, required=(*_FILE_IDS, "width", "height", "duration"))
 VIDEO_NOTE = Schema("VideoNote").define(
     {**_FILE, "length": INT, "duration": INT, "thumbnail": PHOTO}, required=(*_FILE_IDS, "length", "duration")
 )
-VOICE = Schema("Voice").define({**_FILE, "duration": INT, "mime_type": STR}, required=(*_FILE_IDS, "duration"))
+VOICE = Schema("Voice").define({**_FILE, "duration": INT, "mime_type": MIME}, required=(*_FILE_IDS, "duration"))
 AUDIO = Schema("Audio").define(
-    {**_FILE, "duration": INT, "performer": STR, "title": STR, "file_name": STR, "mime_type": STR, "thumbnail": PHOTO},
+    {**_FILE, "duration": INT, "performer": STR, "title": STR, "file_name": STR, "mime_type": MIME, "thumbnail": PHOTO},
     required=(*_FILE_IDS, "duration"),
 )
 DOCUMENT = Schema("Document").define(
-    {**_FILE, "file_name": STR, "mime_type": STR, "thumbnail": PHOTO}, required=_FILE_IDS
+    {**_FILE, "file_name": STR, "mime_type": MIME, "thumbnail": PHOTO}, required=_FILE_IDS
 )
 STICKER = Schema("Sticker").define(
     {**_FILE, "type": STR, "width": INT, "height": INT, "is_animated": BOOL, "is_video": BOOL, "emoji": STR},

@@ -182,6 +182,8 @@ class Transcription:
     response_format: str | None
     fields: dict[str, str]
     at: float
+    #: The file part's own headers, as the multipart parser read them (name → value).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -582,6 +584,7 @@ class OpenAIEmulator(ReplyScript):
             response_format=fields.get("response_format"),
             fields=fields,
             at=time.monotonic(),
+            headers=dict(upload.headers),
         )
         self.transcriptions.append(record)
         if self.delay > 0:
