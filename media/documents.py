@@ -158,4 +158,6 @@ def _extracted(reading: _Reading, budget: Budget, timed_out: bool) -> Extracted:
         return replace(base, text=text[: budget.chars], cut=cut)
     if read and reading.failed == read:
         return replace(base, problem=UNREADABLE)
+    if not read and stopped == "time":
+        return replace(base, problem=f"not read in the {budget.seconds:g} s allowed")
     return replace(base, problem=f"no text in the first {read} of {total} pages" if stopped else NO_TEXT)
