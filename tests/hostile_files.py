@@ -9,6 +9,8 @@ stranger's upload:
 - `inflating_pdf`: one page whose FlateDecode content stream inflates past pypdf's limit;
 - `many_pages_pdf`: thousands of pages sharing one content stream that is slow to read and
   holds almost no text, so nothing but a page or time budget stops the reading;
+- `endless_page_pdf`: one page whose single content stream takes pypdf minutes, with no page
+  boundary to stop at;
 - `text_pdf`, `photo_jpeg`: ordinary files (a report, a camera picture).
 """
 
@@ -129,3 +131,9 @@ def many_pages_pdf(pages: int = 3000, *, operators: int = 500) -> bytes:
     10 ms to read (30 s for 3,000)."""
     content = stream(b"BT /F1 12 Tf 72 720 Td (Page) Tj " + b"() Tj " * operators + b"ET")
     return build_pdf([content], [0] * pages)
+
+
+def endless_page_pdf(operators: int = 10_000_000) -> bytes:
+    """One page, one FlateDecode content stream of `operators` empty text runs (60 MB once
+    inflated for the default, under pypdf's limit): minutes of reading inside one page."""
+    return build_pdf([stream(b"BT /F1 12 Tf " + b"() Tj " * operators + b"ET", deflate=True)], [0])

@@ -85,8 +85,8 @@ class TelegramBot:
     def texts(self) -> list[str]:
         return self.emu.sent_texts(ANN["id"])
 
-    async def answered(self, count: int = 1) -> list[str]:
-        await wait_until(lambda: len(self.texts()) >= count, timeout=15, what=f"{count} messages to Ann")
+    async def answered(self, count: int = 1, timeout: float = 15) -> list[str]:
+        await wait_until(lambda: len(self.texts()) >= count, timeout=timeout, what=f"{count} messages to Ann")
         await self.app.drain()
         return self.texts()
 
