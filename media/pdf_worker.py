@@ -29,7 +29,10 @@ def emit(event: dict[str, Any]) -> None:
 
 def main(arguments: list[str]) -> int:
     max_chars, max_pages, memory = (int(value) for value in arguments)
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    except (ValueError, OSError):  # a system that does not let a process cap its own address space
+        pass
     data = sys.stdin.buffer.read()
     try:
         from pypdf import PdfReader
