@@ -6,9 +6,9 @@ An image's header says what decoding it would cost, and Pillow's `open` reads on
 The pixels are another matter: a 9 KB PNG may declare 9000×9000 (81 MB once decoded, 324 MB
 as RGBA), a 100-byte one 20000×20000. So everything is decided from the header first:
 
-- **As sent**, when the provider takes the type, the byte size and the longer side (each
-  provider states its limit: Anthropic 5 MB and 8000 px a side; OpenAI and Gemini about 20 MB
-  and, unstated, `MAX_SIDE`). Every re-encoding loses detail the person may be asking about.
+- **As sent**, when the provider takes the type, the byte size and the longer side (Anthropic
+  states 5 MB and 8000 px a side; OpenAI and Gemini about 20 MB and no side, which is taken
+  as `MAX_SIDE`). Every re-encoding loses detail the person may be asking about.
 - **Scaled down** otherwise, to `SCALED_SIDE` on the longer side (or the provider's side limit,
   if smaller): no model reads more (OpenAI fits every image into 2048×2048 before its model
   sees it, Anthropic into 1568 px), so nothing the model would have seen is lost. A JPEG is
