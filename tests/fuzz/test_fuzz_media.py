@@ -332,14 +332,14 @@ def pdf_bytes(draw: st.DrawFn) -> bytes:
                 data = data[: found.start()] + draw(ODD_NUMBERS) + data[found.end() :]
         elif action == "splice":
             at = draw(st.integers(0, len(data)))
-            data = data[:at] + draw(st.sampled_from([b"<<", b">>", b"[", b"]", b"endobj", b"stream", b"R ", b"(", b"\\"]))
-            data += data[at:]
+            token = draw(st.sampled_from([b"<<", b">>", b"[", b"]", b"endobj", b"stream", b"R ", b"(", b"\\"]))
+            data = data[:at] + token + data[at:]
         elif action == "truncate":
             data = data[: draw(st.integers(0, len(data)))]
         elif action == "drop":
             word = draw(st.sampled_from([b"endobj", b"endstream", b"xref", b"trailer", b"/Root", b"/Pages", b"/Kids"]))
             data = data.replace(word, b"", 1)
-        else:
+        elif data:  # flip a byte, where a truncation left any
             out = bytearray(data)
             out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
             data = bytes(out)
