@@ -128,6 +128,9 @@ async def read_pdf(data: bytes, budget: Budget) -> Extracted:
             process.stdin.close()
             async for line in process.stdout:
                 reading.take(json.loads(line))
+            # It closed its output, so it is ending: let it end rather than kill it, since
+            # killing a child that just exited reaps it behind asyncio's back (a warning).
+            await process.wait()
     except TimeoutError:
         timed_out = True
     except (OSError, ValueError) as exc:  # could not start, died mid-write, a line it should not send
