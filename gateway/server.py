@@ -26,9 +26,10 @@ from aiohttp import BodyPartReader, WSMsgType, web
 from botweave.adapter import Adapter
 from botweave.config import ConfigError, parse_listen
 from botweave.events import EVENT_NAMES, ConversationEvents
-from botweave.files import base_mime, guess_mime, mime_allowed, sniff_mime
+from botweave.files import guess_mime, sniff_mime
 from botweave.ingress import FailedAuthLimit, IngressGuard
 from botweave.methods import Caller, MethodError, MethodRegistry, Params
+from botweave.mime import UNKNOWN, base_mime, mime_allowed
 from botweave.store import StoreOutage
 from botweave.tasks import TaskOwner
 from botweave.version import __version__
@@ -245,13 +246,12 @@ class Gateway:
             if principal is not None:
                 return principal, None
             error = MethodError("unauthorized", "the token is not valid (unknown, revoked or expired)")
-        refused = self.guard.refused_for(client)
+        refused = self.guard.failed(client, error.message)  # counted and logged unless already refused
         if refused > 0:
             return None, MethodError(
                 "too_many_failures", "too many failed attempts from this address; try again later",
                 retryable=True, retry_after_ms=int(refused * 1000),
             )
-        self.guard.failed(client, error.message)
         return None, error
 
     def _refusal(self, request: web.Request) -> web.Response | None:
@@ -485,9 +485,9 @@ class Gateway:
         if not data:
             return _error(400, "bad_request", "the file is empty")
         name = _safe_name(filename)
-        mime = base_mime(declared)
-        if not mime or mime == "application/octet-stream":
-            mime = sniff_mime(bytes(data)) or base_mime(guess_mime(name)) or "application/octet-stream"
+        mime = base_mime(declared)  # the browser's to declare: a MIME type, or unknown
+        if not mime or mime == UNKNOWN:
+            mime = sniff_mime(bytes(data)) or base_mime(guess_mime(name)) or UNKNOWN
         if not mime_allowed(mime, self.allow_mime):
             return _error(415, "bad_request", f"{mime} files are not taken here (media.allow_mime)")
         stored = await self.files.put(bytes(data), name, mime, owner=principal.name)
