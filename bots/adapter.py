@@ -220,9 +220,10 @@ class Outbound(ABC):
         """The chat that reaches this user privately; on most platforms the user id itself."""
         return user_id
 
-    async def direct_user(self, chat_id: str) -> str | None:
-        """The user whose private chat with the bot `chat_id` is; None for a group or a
-        channel, and wherever the platform cannot tell (which then counts as not private)."""
+    async def whose_direct_chat(self, chat_id: str) -> str | None:
+        """The user whose private chat with the bot `chat_id` is, asked of the platform where
+        its ids do not tell; None for a group or a channel, and wherever the platform cannot
+        tell (which then counts as not private)."""
         return None
 
     async def typing(self, chat_id: str, *, thread_id: str | None) -> None:
@@ -498,14 +499,16 @@ class Adapter(ABC):
         except NoIdentity:
             return await self._send_named(identity, chat_id, text, thread_id)
 
-    async def direct_user(self, chat_id: str) -> str | None:
-        """The user whose private chat with the bot `chat_id` is, or None (a group, a channel,
-        a chat the platform cannot place, or the adapter not started). Never raises."""
+    async def whose_direct_chat(self, chat_id: str) -> str | None:
+        """The user whose private chat with the bot `chat_id` is: by its id where the
+        platform's ids say so (`direct_user`), else asked of the platform; None for a group, a
+        channel, a chat the platform cannot place, or the adapter not started. Never raises."""
+        known = self.direct_user(chat_id)
         out = self.outbound
-        if out is None:
-            return None
+        if known is not None or out is None:
+            return known
         try:
-            return await out.direct_user(chat_id)
+            return await out.whose_direct_chat(chat_id)
         except Exception as exc:  # noqa: BLE001 - unknown is an answer: the chat is not taken as private
             log.info("%s: could not tell whose chat %s is (%s)", self.platform, chat_id, type(exc).__name__)
             return None

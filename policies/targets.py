@@ -62,7 +62,7 @@ class MessageTargetRule:
         config = self._config_for(platform)
         if chat_admitted(to.chat_id, config):
             return None  # open as any chat: no need to ask the platform whose it is
-        person = await to.adapter.direct_user(to.chat_id)
+        person = await to.adapter.whose_direct_chat(to.chat_id)
         if person is not None:
             known = await self._access.known(platform, person)
             if chat_admitted(to.chat_id, config, direct_with=person, known_user=known):

@@ -179,7 +179,7 @@ class DiscordOutbound(Outbound):
             raise
         return str(data["id"])
 
-    async def direct_user(self, chat_id: str) -> str | None:
+    async def whose_direct_chat(self, chat_id: str) -> str | None:
         """The person of a DM channel: from discord.py's cache, or else asked of Discord."""
         try:
             channel_id = int(chat_id)

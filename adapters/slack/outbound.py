@@ -214,7 +214,7 @@ class SlackOutbound(Outbound):
     async def react(self, chat_id: str, message_id: str, emoji: str) -> None:
         await self._client.reactions_add(channel=chat_id, timestamp=message_id, name=emoji_to_reaction(emoji))
 
-    async def direct_user(self, chat_id: str) -> str | None:
+    async def whose_direct_chat(self, chat_id: str) -> str | None:
         """The person of a direct-message conversation (ids starting with D): `conversations.info`,
         once per conversation."""
         if not chat_id.startswith("D"):

@@ -84,13 +84,6 @@ class TelegramOutbound(Outbound):
     def _target(self, chat_id: str) -> str:
         return self._migrated.get(chat_id, chat_id)
 
-    async def direct_user(self, chat_id: str) -> str | None:
-        """A private chat's id is its user's (positive); groups and channels have negative ids."""
-        try:
-            return chat_id if int(chat_id) > 0 else None
-        except ValueError:  # a channel's @username
-            return None
-
     async def _paced(
         self, chat_id: str, call: Callable[[str], Awaitable[T]], *, idempotent: bool, new_message: bool = False
     ) -> T:
