@@ -69,14 +69,15 @@ async def serve(
     reloads = _Reloads(app)
     handled: list[signal.Signals] = []
     wanted = [(signal.SIGINT, stop.set), (signal.SIGTERM, stop.set)]
-    if watchdogs is not None:
-        wanted.append((signal.SIGHUP, reloads.asked))
+    hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+    if watchdogs is not None and hangup is not None:  # the bot's own process: SIGHUP reloads
+        wanted.append((hangup, reloads.asked))
     for sig, action in wanted:
         try:
             loop.add_signal_handler(sig, action)
             handled.append(sig)
-        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
-            pass  # not the main thread, or no such signal here: Ctrl-C raises KeyboardInterrupt instead
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or no signals here: Ctrl-C raises KeyboardInterrupt instead
     if watchdogs is not None:
         watchdogs.arm()
     try:

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 Status = Literal["applied", "unchanged", "invalid"]
 Move = Literal["start", "stop", "reconnect"]
+_DONE: dict[str, str] = {"start": "started", "stop": "stopped", "reconnect": "reconnected"}
 Loader = Callable[[], Config]
 
 #: Settings a running process keeps until it is restarted: where its state lives, its model
@@ -70,8 +71,9 @@ class ReloadResult:
     after: str
     #: Top-level sections applied in place (`agents`, `routes`, `platforms.telegram`, ...).
     changed: tuple[str, ...] = ()
-    #: Platforms reconnected, started or stopped because their connection settings changed.
-    reconnected: tuple[str, ...] = ()
+    #: What happened to each platform whose connection settings changed: reconnected,
+    #: started (switched on) or stopped (switched off). The others were not touched.
+    platforms: dict[str, Move] = field(default_factory=dict)
     #: Settings that changed in the file and take effect only at the next restart.
     restart: tuple[str, ...] = ()
     #: Platforms that did not come back up after their reconnect, with why.
@@ -96,8 +98,8 @@ class ReloadResult:
             line = f"config unchanged: revision {self.before}"
         else:
             line = f"config reloaded: revision {self.before} -> {self.after}; applied: {', '.join(self.changed) or 'nothing'}"
-            if self.reconnected:
-                line += f"; reconnected: {', '.join(self.reconnected)}"
+            if self.platforms:
+                line += "; platforms: " + ", ".join(f"{name} {_DONE[move]}" for name, move in self.platforms.items())
         if self.failed:
             line += "; failed to reconnect: " + ", ".join(f"{name} ({why})" for name, why in self.failed.items())
         if self.restart:
@@ -111,7 +113,7 @@ class ReloadResult:
     def from_dict(cls, data: Mapping[str, Any]) -> ReloadResult:
         return cls(
             status=data["status"], before=data["before"], after=data["after"],
-            changed=tuple(data.get("changed") or ()), reconnected=tuple(data.get("reconnected") or ()),
+            changed=tuple(data.get("changed") or ()), platforms=dict(data.get("platforms") or {}),
             restart=tuple(data.get("restart") or ()), failed=dict(data.get("failed") or {}), error=data.get("error"),
         )
 
@@ -253,7 +255,7 @@ class Reloading:
         self._retiring.add(old)
         self._tasks.spawn(self._retire(old), name=f"retire configuration revision {before}")
         return ReloadResult(
-            "applied", before, generation.revision, changed=tuple(applied), reconnected=tuple(moves),
+            "applied", before, generation.revision, changed=tuple(applied), platforms=dict(moves),
             restart=tuple(restart), failed=failed,
         )
 

@@ -80,7 +80,7 @@ async def test_a_reload_adds_an_agent_and_a_route_that_answers_at_once(tmp_path:
     result = await app.reload()
 
     assert result.status == "applied" and result.before == before and result.after == app.revision != before
-    assert set(result.changed) == {"agents", "routes"} and result.reconnected == ()
+    assert set(result.changed) == {"agents", "routes"} and result.platforms == {}
     await app.handle(message("again", chat_id="c2"))
     await app.handle(message("elsewhere", chat_id="c1"))
     await app.handle(message("/status", chat_id="c2"))
@@ -254,7 +254,7 @@ async def test_only_the_platform_whose_connection_changed_reconnects(
         config["platforms"]["telegram"]["poll_timeout"] = 2  # a connection setting
         write(path, config)
         result = await app.reload()
-        assert result.reconnected == ("telegram",) and set(result.changed) == {"platforms.discord", "platforms.telegram"}
+        assert result.platforms == {"telegram": "reconnect"} and set(result.changed) == {"platforms.discord", "platforms.telegram"}
         assert app.adapters["telegram"] is not telegram and app.adapters["telegram"].config.poll_timeout == 2
         assert len(discord.identifies) == identified == 1
         assert app._platforms.configs["discord"].allowed_users == ["7001"]
@@ -266,7 +266,8 @@ async def test_only_the_platform_whose_connection_changed_reconnects(
         del config["platforms"]["telegram"]
         write(path, config)
         result = await app.reload()
-        assert result.reconnected == ("telegram",) and "telegram" not in app.adapters
+        assert result.platforms == {"telegram": "stop"} and "telegram" not in app.adapters
+        assert "platforms: telegram stopped" in result.summary()
         assert len(discord.identifies) == 1
     finally:
         await discord.stop()
