@@ -47,7 +47,16 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.scheduled_agents import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
 from botweave.tools.config import AgentTools
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
 log = logging.getLogger(__name__)
@@ -346,16 +355,17 @@ def config_revision(config: Config) -> str:
     return fingerprint(config)[:12]
 
 
-def fingerprint(section: Section | Mapping[str, Any]) -> str:
+def fingerprint(section: Any) -> str:
     """The SHA-256 of a section's settings, secrets included, layout and key order not."""
-    dumped = section.model_dump(mode="python") if isinstance(section, Section) else section
-    text = json.dumps(_revealed(dumped), sort_keys=True, default=str, ensure_ascii=False)
+    text = json.dumps(_revealed(section), sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _revealed(value: Any) -> Any:
     if isinstance(value, SecretStr):
         return value.get_secret_value()
+    if isinstance(value, BaseModel):
+        return _revealed(value.model_dump(mode="python"))
     if isinstance(value, Mapping):
         return {str(key): _revealed(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

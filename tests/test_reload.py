@@ -279,3 +279,28 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_what_changed_is_named_secrets_included_and_layout_not() -> None:
+    from botweave.runtime.config import load_config
+    from botweave.runtime.reload import changed_sections, platform_moves
+
+    base_config = {
+        "agents": {"a": {"model": "openai/x", "api_key": "sk-one"}},
+        "platforms": {"telegram": {"token": "1:one", "allowed_users": ["1"]}},
+        "store": {"url": "memory://"},
+    }
+    old = load_config(base_config)
+    same = load_config(yaml.safe_load(yaml.safe_dump(base_config, sort_keys=True)))
+    key = load_config({**base_config, "agents": {"a": {"model": "openai/x", "api_key": "sk-two"}}})
+    policy = load_config({**base_config, "platforms": {"telegram": {"token": "1:one", "allowed_users": ["2"]}}})
+    token = load_config({**base_config, "platforms": {"telegram": {"token": "1:two", "allowed_users": ["1"]}}})
+    store = load_config({**base_config, "store": {"url": "memory://", "prefix": "other:"}})
+
+    assert same.revision == old.revision and changed_sections(old, same) == ([], [])
+    assert key.revision != old.revision and changed_sections(old, key) == (["agents"], [])
+    assert "sk-two" not in key.revision
+    assert changed_sections(old, policy) == (["platforms.telegram"], [])
+    assert platform_moves(old.enabled_platforms(), policy.enabled_platforms()) == {}
+    assert platform_moves(old.enabled_platforms(), token.enabled_platforms()) == {"telegram": "reconnect"}
+    assert changed_sections(old, store) == ([], ["store"])
