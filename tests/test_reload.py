@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +24,7 @@ from botweave import App, tool
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
-from tests.support import RecordingAdapter, message
+from tests.support import RecordingAdapter, alive, message
 
 ECHO = {"model": "offline/echo"}
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
@@ -271,14 +270,6 @@ async def test_only_the_platform_whose_connection_changed_reconnects(
         assert len(discord.identifies) == 1
     finally:
         await discord.stop()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_what_changed_is_named_secrets_included_and_layout_not() -> None:
