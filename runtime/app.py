@@ -363,6 +363,13 @@ class App:
             await self._presence.announce()
         return result
 
+    def config_status(self) -> dict[str, str]:
+        """The revision this process runs and, under `differs`, how the configuration file
+        on disk differs from it (a reload refused it, it was edited since, or it changed
+        settings that wait for a restart): what the gateway's `health` reports."""
+        note = self._reload.drift().get("config")
+        return {"revision": self.revision, **({"differs": note} if note else {})}
+
     def reload_with(self, loader: Callable[[], Config]) -> None:
         """Read the configuration again with `loader` (how the CLI reads a file: its default
         store, `--ops-listen`) instead of plainly loading the file this App was made from."""

@@ -145,9 +145,8 @@ class Presence:
         self._seen = request
         if raw is not None and json.loads(raw).get("from") == self.id:
             return  # ours: this process reloaded before asking
-        result = await self._reload()
+        result = await self._reload()  # which announces the revision it left running
         await self._store.set(_answer_key(request, self.id), json.dumps(result.to_dict()), ttl=ANSWER_TTL_S)
-        await self.announce()
 
     async def ask_others(self) -> str:
         """Leave a reload request for every other process on this store."""

@@ -318,7 +318,7 @@ class Reloading:
         it, it changed since it was read, or it changed settings only a restart applies."""
         last, source = self.last, self._parts.live.generation.config.source
         revision = self._parts.live.generation.revision
-        if last is not None and last.status == "invalid":
+        if last is not None and last.status == "invalid" and self.loader is not None:
             return {"config": f"the file on disk differs from what runs (revision {revision}): {last.problems()}"}
         if self.loader is not None and source is not None and _stat(source) != self._read:
             return {"config": f"{source} changed on disk since it was read; revision {revision} runs (reload to apply it)"}
