@@ -6,8 +6,8 @@ returns once the item is recorded (platforms want a fast ack, and must not be ac
 for an item that could still be lost): how it is recorded is the intake's
 (`runtime/intake.py`: the store's journal, the shared stream, or nothing before start), and
 how it is answered is `handle`'s (`runtime/handling.py`). `run` (and `serve`, its async form)
-is the whole life of a bot process (`runtime/process.py`). `reload` reads the configuration
-again and applies it in place (`runtime/reload.py`).
+is the whole life of a bot process (`runtime/process.py`). `reload` applies the configuration
+file again in place (`runtime/reload.py`): `config`, `agents`, ... are the live generation's.
 """
 
 from __future__ import annotations
@@ -19,125 +19,54 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
-from botweave.agents import Agent
-from botweave.config import ConfigError
 from botweave.files import FileSource
-from botweave.pipeline import Handler, TurnOutcome
-from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
-from botweave.push.config import PushConfig
-from botweave.rooms.hub import RoomHub
-from botweave.router import Router
+from botweave.pipeline import TurnOutcome
+from botweave.push import NotificationCategory, NotificationOutcome, Recipient
 from botweave.runtime import process
 from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream
 from botweave.runtime.gateway import build_gateway
+from botweave.runtime.generation import LiveParts
 from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer, store_problem
 from botweave.runtime.plugins import load_plugins
-from botweave.runtime.presence import Presence
 from botweave.runtime.process import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STALLED, EXIT_STARTUP, EXIT_STORE
-from botweave.runtime.reload import Reloading, ReloadResult, Running
-from botweave.runtime.scheduled_agents import AgentSchedules
-from botweave.runtime.turns import AgentTurn
-from botweave.runtime.watchdog import LoopWatch, Watchdogs
-from botweave.store import MemoryStore, Store
-from botweave.store.patient import backend
+from botweave.runtime.reload import ReloadResult, Reloads
+from botweave.runtime.watchdog import Watchdogs
+from botweave.store import Store
 from botweave.tasks import TaskOwner
-from botweave.tooling import Tool
-from botweave.tools import Toolsets
-from botweave.tools.python import function_tool
 from botweave.types import BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
 __all__ = [
-    "App", "ReloadResult", "Role", "Watchdogs",
-    "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP", "EXIT_STALLED",
+    "App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP",
+    "EXIT_STALLED",
 ]
 
 log = logging.getLogger(__name__)
 
 
-class App:
+class App(LiveParts):
     def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
         parts = build(config, store=store, role=role)
         self.role, self.patience, self.store = role, parts.patience, parts.store
-        self.hooks, self.commands, self.history = parts.hooks, parts.commands, parts.history
+        self.hooks, self.commands, self.history, self.preferences = parts.hooks, parts.commands, parts.history, parts.preferences
         self.adapters, self.failed_platforms = parts.platforms.adapters, parts.platforms.failed
         self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
         self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
-        self.preferences, self.model_processes, self.model_clients = parts.preferences, parts.model_processes, parts.model_clients
-        self.events = parts.events
+        self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
         self.ops: OpsServer | None = None
-        self._parts, self._live, self._platforms, self._handling = parts, parts.live, parts.platforms, parts.handling
-        self._life, self._turns, self._notices = parts.life, parts.turns, parts.notices
-        self._intake = Intake(parts.turns)
-        self._background = TaskOwner("app")
-        #: Tools a program or plugin offered with `add_tool`, given again to the agents of
-        #: every generation a reload makes.
-        self._added: list[tuple[Tool, tuple[str, ...] | None]] = []
-        self._reload = Reloading(
-            parts, self, source=config.source, offer=self._offer_added, start_digests=self._start_digests
-        )
-        self._presence: Presence | None = None
-        self._digests = False
-        #: How far behind the event loop is, watched from a thread while the ops endpoint is
-        #: served or the process's watchdogs are on (runtime/watchdog.py).
-        self.loop_watch = LoopWatch(config.ops.loop_stall_seconds)
-        self._reload.on_loop_stall = self.loop_watch.set_threshold
+        self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
+        self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
+        #: Reloading, the loop watch and what other processes see of this one (runtime/reload.py).
+        self.reloads = Reloads(parts, self, config, self._background)
         #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
         self.plugins = load_plugins(self, config.plugins)
         #: The WebSocket control plane this process serves (None without one, or in a worker).
-        self.gateway = build_gateway(self)
+        self.gateway = build_gateway(self, self.reloads)
         self._gateway_serving = False
-
-    # --- what the live configuration made (a reload replaces these; see runtime/generation.py)
-
-    @property
-    def config(self) -> Config:
-        return self._live.generation.config
-
-    @property
-    def revision(self) -> str:
-        """The revision of the configuration this process answers with (`config_revision`)."""
-        return self._live.generation.revision
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return self._live.generation.agents
-
-    @property
-    def router(self) -> Router:
-        return self._live.generation.router
-
-    @property
-    def tools(self) -> Toolsets:
-        return self._live.generation.tools
-
-    @property
-    def rooms(self) -> RoomHub | None:
-        return self._live.generation.rooms
-
-    @property
-    def schedules(self) -> AgentSchedules | None:
-        return self._live.generation.schedules
-
-    @property
-    def turn(self) -> AgentTurn:
-        return self._live.generation.turn
-
-    @property
-    def pipeline(self) -> Handler:
-        return self._live.generation.pipeline
-
-    @property
-    def push(self) -> PushConfig:
-        return self._live.generation.config.push
-
-    @property
-    def notifier(self) -> Notifier:
-        return self._live.generation.notifier
 
     @classmethod
     def from_config(
@@ -163,10 +92,7 @@ class App:
         a slow start is alive but not ready.
         """
         if self.config.ops.listen and self.ops is None:
-            self.loop_watch.start(asyncio.get_running_loop())
-            self.ops = OpsServer(
-                self.config.ops.listen, self.readiness, notes=self._reload.drift, stalled=self.loop_watch.stalled
-            )
+            self.ops = self.reloads.ops_server(self.config.ops.listen, self.readiness)
             await self.ops.start()
         await self.store.connect()
         log.info("store: %s", self.store.describe())
@@ -192,33 +118,17 @@ class App:
         if answers:
             await self._start_answering()
         if self.push.directory:
-            self._start_digests()
-        requested = tuple(platforms) if platforms is not None else None
-        self._reload.running = Running(self._intake, self._background, requested, answers)
-        if receive and not isinstance(backend(self.store), MemoryStore):
-            self._presence = Presence(
-                self.store, role=self.role, revision=lambda: self.revision,
-                source=lambda: str(self.config.source) if self.config.source else None,
-                drift=self._reload.drift, reload=self.reload,
-            )
-            self._background.spawn(self._presence.run(self._life.stopping), name="presence")
+            self.reloads.start_digests()
+        self.reloads.started(self._intake, platforms, answers=answers, receive=receive)
         if self.gateway is not None and receive:
             self._gateway_serving = True
             await self.gateway.start()
         self._life.started()
 
-    def _start_digests(self) -> None:
-        if not self._digests:
-            self._digests = True
-            self._background.spawn(self._notices.flush_digests(self._life.stopping), name="notification digests")
-
     async def _start_answering(self) -> None:
         """What only a process that answers runs: rooms' and agents' schedules, and the
         approvals a stopped run left open, closed as expired."""
-        if self.rooms is not None:
-            await self.rooms.start()
-        if self.schedules is not None:
-            await self.schedules.start()
+        await self._live.generation.start_schedules()
         closed = await self.approvals.sweep()
         if closed:
             log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
@@ -231,16 +141,13 @@ class App:
         if self.gateway is not None:
             await self.gateway.stop()
         self.approvals.shutting_down()
-        if self.rooms is not None:
-            await self.rooms.stop()
-        if self.schedules is not None:
-            await self.schedules.stop()
+        await self._live.generation.stop_schedules()
         # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
         await self._background.close(timeout + 2.0, grace=1.0)
         await self._turns.tasks.close(timeout, grace=1.0)
         await self._platforms.stop()
         await self.approvals.stop()
-        await self._reload.stop()
+        await self.reloads.stop()
         await self.tools.stop()
         if self.model_processes is not None:
             await self.model_processes.close()
@@ -250,7 +157,6 @@ class App:
         if self.ops is not None:
             await self.ops.stop()
             self.ops = None
-        self.loop_watch.stop()
 
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
@@ -280,28 +186,21 @@ class App:
     def run(self, platforms: Iterable[str] | None = None) -> int:
         """Run the bot until SIGINT or SIGTERM (or the console's input ends); blocks, and
         returns the exit code (0 clean stop, 1 a platform failed to start or died, 2 the ops
-        endpoint could not listen, 3 the store was unreachable). Like `serve`, it leaves the
-        process's own matters to the program (see `serve`; `botweave run` is the bot's own
-        process). Logs go to stderr at INFO unless the program configured logging itself."""
+        endpoint could not listen, 3 the store was unreachable). Its process stays the
+        program's (see `serve`). Logs go to stderr at INFO unless the program configured
+        logging itself."""
         if not logging.getLogger().handlers:
             setup_logging(logging.INFO)
         return asyncio.run(self.serve(platforms))
 
     async def serve(
-        self,
-        platforms: Iterable[str] | None = None,
-        *,
-        on_started: Callable[[], None] | None = None,
+        self, platforms: Iterable[str] | None = None, *, on_started: Callable[[], None] | None = None,
         watchdogs: Watchdogs | None = None,
     ) -> int:
         """`run` inside a running event loop: start, answer until told to stop, stop.
         `on_started` is called once everything has started (the CLI tunes its own process
-        then); nothing here changes the loop, the interpreter or any library.
-
-        A program that embeds the bot keeps its process to itself: no SIGHUP handler, no
-        stack written and nothing exits for a stalled loop unless it passes `watchdogs`
-        (`Watchdogs(app.config.ops)`), which makes the process the bot's as `botweave run`
-        does. The loop's stalls are still measured and answered by `/healthz` either way."""
+        then); nothing here changes the loop, the interpreter or any library. `watchdogs` hand
+        the process to the bot as `botweave run` does: SIGHUP reloads, a wedge ends it."""
         return await process.serve(self, self._platforms, platforms, on_started, watchdogs)
 
     async def readiness(self) -> dict[str, str]:
@@ -323,57 +222,15 @@ class App:
         entries in bot.yaml are; plugins call this from their setup. Its schema comes from the
         type hints and the docstring (see `botweave.tool`). The agents of a reloaded
         configuration get it too (all of them, or those of `agents` that are still there)."""
-        unknown = [name for name in agents or () if name not in self.agents]
-        if unknown:
-            raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(self.agents)}")
-        made = function_tool(tool)
-        for name in agents if agents is not None else self.agents:
-            if made.name in self.agents[name].tools:
-                raise ValueError(f"add_tool: agent {name} already has a tool named {made.name!r}")
-        for name in agents if agents is not None else self.agents:
-            self.agents[name].tools[made.name] = made
-        self._added.append((made, tuple(agents) if agents is not None else None))
+        self.reloads.added.add(tool, self.agents, agents)
 
-    def _offer_added(self, agents: Mapping[str, Agent]) -> None:
-        """Give a reloaded configuration's agents the tools `add_tool` offered; a clash with a
-        tool of the new configuration is a configuration error naming both."""
-        for made, names in self._added:
-            for name in names if names is not None else agents:
-                agent = agents.get(name)
-                if agent is None:
-                    continue
-                if made.name in agent.tools:
-                    raise ConfigError([f"agents.{name}.tools: a tool named {made.name!r} was added by a plugin already"])
-                agent.tools[made.name] = made
+    # --- reloading ------------------------------------------------------------------------------
 
-    # --- reloading -------------------------------------------------------------------------------
-
-    async def reload(
-        self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False
-    ) -> ReloadResult:
-        """Read the configuration again and apply what changed, in place, once all of it is
-        valid (see runtime/reload.py): a refused file changes nothing. `source` is another
-        file (or a `Config`); by default the one this App was made from. With `everywhere`
-        and a store other processes share, every other process of the bot is asked to reload
-        its own file too (the workers and the ingress of a Redis deployment)."""
-        result = await self._reload.reload(source)
-        if everywhere and self._presence is not None:
-            await self._presence.ask_others()
-        if self._presence is not None:
-            await self._presence.announce()
-        return result
-
-    def config_status(self) -> dict[str, str]:
-        """The revision this process runs and, under `differs`, how the configuration file
-        on disk differs from it (a reload refused it, it was edited since, or it changed
-        settings that wait for a restart): what the gateway's `health` reports."""
-        note = self._reload.drift().get("config")
-        return {"revision": self.revision, **({"differs": note} if note else {})}
-
-    def reload_with(self, loader: Callable[[], Config]) -> None:
-        """Read the configuration again with `loader` (how the CLI reads a file: its default
-        store, `--ops-listen`) instead of plainly loading the file this App was made from."""
-        self._reload.loader = loader
+    async def reload(self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False) -> ReloadResult:
+        """Read the configuration again (or `source`: another file, a `Config`) and apply what
+        changed in place once all of it is valid: a refused file changes nothing. With
+        `everywhere`, every other process on a shared store reloads its own file too."""
+        return await self.reloads.reload(source, everywhere=everywhere)
 
     # --- inbound --------------------------------------------------------------------------
 
@@ -417,7 +274,7 @@ class App:
         """Post text to a target (`origin`, `<platform>`, `<platform>:<chat>[:<thread>]`);
         an unresolvable target is a `no_route` result. Presses of `buttons` come back as
         `button_pressed` events (hooks) with the button's own `action_id` and `value`."""
-        return await self._live.generation.outgoing.send_to(target, text, origin=origin, buttons=buttons)
+        return await self._outgoing.send_to(target, text, origin=origin, buttons=buttons)
 
     async def send_file(
         self,
@@ -439,4 +296,4 @@ class App:
         `agent` is given); within `media.max_bytes` (the agent's own media settings, too). The
         caption follows the platform's caption limit; the rest of a long one follows as messages."""
         source = FileSource(data=data, data_base64=data_base64, path=path, url=url, filename=filename, mime=mime)
-        return await self._live.generation.outgoing.send_file(target, source, caption=caption, origin=origin, agent=agent, key=key)
+        return await self._outgoing.send_file(target, source, caption=caption, origin=origin, agent=agent, key=key)

@@ -200,7 +200,7 @@ async def _serve(
 
     app = App(config, role=role)
     if loader is not None:
-        app.reload_with(loader)
+        app.reloads.read_with(loader)
     if banner:
         print(chat_banner(app), flush=True)
     if signin:

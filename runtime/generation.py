@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from botweave.agents import Agent
 from botweave.pipeline import Handler
 from botweave.push import Notifier
+from botweave.push.config import PushConfig
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
 from botweave.runtime.config import Config
@@ -56,6 +57,20 @@ class Generation:
         if not self.busy and self._idle is not None:
             self._idle.set()
 
+    async def start_schedules(self) -> None:
+        """Rooms' stand-ups and agents' schedules begin (a process that answers)."""
+        if self.rooms is not None:
+            await self.rooms.start()
+        if self.schedules is not None:
+            await self.schedules.start()
+
+    async def stop_schedules(self) -> None:
+        """The schedulers stop, waiting for their runs."""
+        if self.rooms is not None:
+            await self.rooms.stop()
+        if self.schedules is not None:
+            await self.schedules.stop()
+
     async def settled(self) -> None:
         """Returns once no item runs in this generation's pipeline (asked once another
         generation is live, so none starts any more)."""
@@ -70,3 +85,59 @@ class Live:
     generation, since the lasting parts are made first."""
 
     generation: Generation
+
+
+class LiveParts:
+    """What the live generation made, read through `_live` (the App's face of them: a
+    reload replaces these, so they are looked up each time, never kept)."""
+
+    _live: Live
+
+    @property
+    def config(self) -> Config:
+        return self._live.generation.config
+
+    @property
+    def revision(self) -> str:
+        """The revision of the configuration this process answers with (`config_revision`)."""
+        return self._live.generation.revision
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        return self._live.generation.agents
+
+    @property
+    def router(self) -> Router:
+        return self._live.generation.router
+
+    @property
+    def tools(self) -> Toolsets:
+        return self._live.generation.tools
+
+    @property
+    def rooms(self) -> RoomHub | None:
+        return self._live.generation.rooms
+
+    @property
+    def schedules(self) -> AgentSchedules | None:
+        return self._live.generation.schedules
+
+    @property
+    def turn(self) -> AgentTurn:
+        return self._live.generation.turn
+
+    @property
+    def pipeline(self) -> Handler:
+        return self._live.generation.pipeline
+
+    @property
+    def push(self) -> PushConfig:
+        return self._live.generation.config.push
+
+    @property
+    def notifier(self) -> Notifier:
+        return self._live.generation.notifier
+
+    @property
+    def _outgoing(self) -> Outgoing:
+        return self._live.generation.outgoing

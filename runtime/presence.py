@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from botweave.runtime.reload import ReloadResult
+from botweave.runtime.reload_plan import ReloadResult
 from botweave.store import Store, open_store
 from botweave.store.sqlite import sqlite_path
 

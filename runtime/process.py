@@ -19,7 +19,8 @@ from botweave.adapter import Adapter
 from botweave.config import ConfigError
 from botweave.model_calls import litellm_module
 from botweave.runtime.connections import Platforms
-from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, LoopWatch, Watchdogs
+from botweave.runtime.reload import Reloads
+from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, Watchdogs
 from botweave.store import StoreUnavailable
 from botweave.tasks import TaskOwner, spawn
 
@@ -43,7 +44,7 @@ class Served(Protocol):
     def adapters(self) -> Mapping[str, Adapter]: ...
 
     @property
-    def loop_watch(self) -> LoopWatch: ...
+    def reloads(self) -> Reloads: ...
 
     async def start(self, platforms: Iterable[str] | None = None) -> None: ...
 
@@ -130,7 +131,7 @@ async def _serve(
     try:
         await app.start(requested)
         if watchdogs is not None:  # serving now: a stall is the loop watch's from here on
-            watchdogs.serving(app.loop_watch, asyncio.get_running_loop())
+            watchdogs.serving(app.reloads.loop_watch, asyncio.get_running_loop())
         reloads.serving()
     except StoreUnavailable as exc:
         log.error("%s", exc)

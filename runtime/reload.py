@@ -23,8 +23,10 @@ order is what makes it safe:
 6. Once no item runs in the old generation any more, stop what only it used: its schedulers'
    runs are waited for, its MCP servers that were not taken over are stopped.
 
-Settings a running process cannot take (`store:`, `models.processes`, `ops.listen`,
-`plugins:`) keep their running values; the reload says they wait for a restart.
+Settings a running process cannot take (`store:`, `models:`, `ops.listen`, `gateway.listen`,
+`plugins:`) keep their running values; the reload says they wait for a restart. What
+changed is decided in runtime/reload_plan.py; `Reloads`, at the end, is the App's side of
+it all (the process's record for other processes, the loop watch, the ops endpoint's notes).
 """
 
 from __future__ import annotations
@@ -32,138 +34,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from botweave.agents import Agent
-from botweave.config import BotConfig, ConfigError, PlatformConfig
+from botweave.config import ConfigError, PlatformConfig
 from botweave.metrics import CONFIG_RELOADS
 from botweave.runtime.builder import Lasting, admission_limits, build_generation
-from botweave.runtime.config import Config, OpsConfig, fingerprint, load_config, unroutable_models
+from botweave.runtime.config import Config, load_config, unroutable_models
+from botweave.runtime.gateway import enable_web
 from botweave.runtime.generation import Generation
 from botweave.runtime.intake import Inbox, Intake, StreamIntake
-from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.ops import OpsServer, Readiness
+from botweave.runtime.presence import Presence
+from botweave.runtime.reload_plan import Move, ReloadResult, changed_sections, keep_restart_only, platform_moves
+from botweave.runtime.watchdog import LoopWatch
+from botweave.store import MemoryStore
+from botweave.store.patient import backend
 from botweave.tasks import TaskOwner
+from botweave.tooling import Tool
+from botweave.tools.python import function_tool
 
 log = logging.getLogger(__name__)
 
-Status = Literal["applied", "unchanged", "invalid"]
-Move = Literal["start", "stop", "reconnect"]
-_DONE: dict[str, str] = {"start": "started", "stop": "stopped", "reconnect": "reconnected"}
 Loader = Callable[[], Config]
-
-#: Settings a running process keeps until it is restarted: where its state lives, its model
-#: helper processes, the address of its ops endpoint, the code it loaded.
-RESTART_ONLY = ("store", "models", "ops.listen", "plugins")
-#: Fields of a platform's section that are not its connection: the policies every platform
-#: shares (allowlists, group policy, streaming, ...) and where bare-platform targets post.
-_NOT_CONNECTION = frozenset(BotConfig.model_fields) | {"home_chat"}
-
-
-@dataclass(frozen=True)
-class ReloadResult:
-    """What a reload did. `before` and `after` are config revisions (equal unless applied)."""
-
-    status: Status
-    before: str
-    after: str
-    #: Top-level sections applied in place (`agents`, `routes`, `platforms.telegram`, ...).
-    changed: tuple[str, ...] = ()
-    #: What happened to each platform whose connection settings changed: reconnected,
-    #: started (switched on) or stopped (switched off). The others were not touched.
-    platforms: dict[str, Move] = field(default_factory=dict)
-    #: Settings that changed in the file and take effect only at the next restart.
-    restart: tuple[str, ...] = ()
-    #: Platforms that did not come back up after their reconnect, with why.
-    failed: dict[str, str] = field(default_factory=dict)
-    #: Why the file was refused: the problems `botweave check` prints, one per line.
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "invalid"
-
-    def problems(self) -> str:
-        """Why the file was refused, in one line (the fields and what they accept)."""
-        first, *more = (self.error or "").splitlines() or [""]
-        return f"{first} {'; '.join(line.strip() for line in more)}" if more else first
-
-    def summary(self) -> str:
-        """One line, as logged and as `botweave reload` prints it."""
-        if self.status == "invalid":
-            return f"config reload refused, still running revision {self.before}: {self.problems()}"
-        if self.status == "unchanged":
-            line = f"config unchanged: revision {self.before}"
-        else:
-            line = f"config reloaded: revision {self.before} -> {self.after}; applied: {', '.join(self.changed) or 'nothing'}"
-            if self.platforms:
-                line += "; platforms: " + ", ".join(f"{name} {_DONE[move]}" for name, move in self.platforms.items())
-        if self.failed:
-            line += "; failed to reconnect: " + ", ".join(f"{name} ({why})" for name, why in self.failed.items())
-        if self.restart:
-            line += f"; waiting for a restart: {', '.join(self.restart)}"
-        return line
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReloadResult:
-        return cls(
-            status=data["status"], before=data["before"], after=data["after"],
-            changed=tuple(data.get("changed") or ()), platforms=dict(data.get("platforms") or {}),
-            restart=tuple(data.get("restart") or ()), failed=dict(data.get("failed") or {}), error=data.get("error"),
-        )
-
-
-# --- what changed (pure) ----------------------------------------------------------------------
-
-
-def changed_sections(old: Config, new: Config) -> tuple[list[str], list[str]]:
-    """The settings that differ, as (applied in place, waiting for a restart). A platform's
-    section is named on its own (`platforms.discord`), and so is each setting of `ops:`."""
-    applied: list[str] = []
-    restart: list[str] = []
-    for name in Config.model_fields:
-        if name in ("platforms", "ops"):
-            continue
-        if fingerprint(getattr(old, name)) != fingerprint(getattr(new, name)):
-            (restart if name in RESTART_ONLY else applied).append(name)
-    for name in installed_platforms():
-        before, after = old.platform(name), new.platform(name)
-        if (fingerprint(before) if before is not None else None) != (fingerprint(after) if after is not None else None):
-            applied.append(f"platforms.{name}")
-    for name in OpsConfig.model_fields:
-        if getattr(old.ops, name) != getattr(new.ops, name):
-            (restart if f"ops.{name}" in RESTART_ONLY else applied).append(f"ops.{name}")
-    return applied, restart
-
-
-def connection(section: PlatformConfig) -> str:
-    """The connection settings of a platform's section: what its SDK client is made with."""
-    return fingerprint(section.model_dump(mode="python", exclude=set(_NOT_CONNECTION)))
-
-
-def platform_moves(old: Mapping[str, PlatformConfig], new: Mapping[str, PlatformConfig]) -> dict[str, Move]:
-    """What a reload does to each platform this process runs or would run; one whose
-    connection settings did not change is absent (it is left alone)."""
-    moves: dict[str, Move] = {}
-    for name in sorted({*old, *new}):
-        if name not in new:
-            moves[name] = "stop"
-        elif name not in old:
-            moves[name] = "start"
-        elif connection(old[name]) != connection(new[name]):
-            moves[name] = "reconnect"
-    return moves
-
-
-def keep_restart_only(new: Config, old: Config) -> None:
-    """The settings only a restart applies keep their running values in the new generation."""
-    new.store, new.models, new.plugins = old.store, old.models, old.plugins
-    new.ops.listen = old.ops.listen
+#: Told of each generation a reload puts live, in the same step (nothing may await there).
+SwapHook = Callable[[Generation], None]
 
 
 # --- applying ----------------------------------------------------------------------------------
@@ -208,8 +106,9 @@ class Reloading:
         self.running: Running | None = None
         #: The last reload's result (None before the first).
         self.last: ReloadResult | None = None
-        #: Told the loop-stall threshold when a reload changes it (the loop watchdog, if any).
-        self.on_loop_stall: Callable[[float], None] | None = None
+        #: Parts outside the generation that follow each one a reload puts live (the loop
+        #: watch's threshold, the gateway's tokens).
+        self.on_swap: list[SwapHook] = []
         self._lock = asyncio.Lock()
         self._retiring: set[Generation] = set()
         self._tasks = TaskOwner("reload")
@@ -233,12 +132,14 @@ class Reloading:
         except ConfigError as exc:
             return ReloadResult("invalid", before, before, error=str(exc))
         self._read = _stat(config.source)
-        applied, restart = changed_sections(old.config, config)
+        _, restart = changed_sections(old.config, config)
+        keep_restart_only(config, old.config)
+        enable_web(config)  # as the first start did, when the gateway runs
+        applied, _ = changed_sections(old.config, config)
         sections = self._enabled(config)
         moves = platform_moves(self._enabled(old.config), sections)
         if not applied and not moves:
             return ReloadResult("unchanged", before, before, restart=tuple(restart))
-        keep_restart_only(config, old.config)
         try:
             generation = build_generation(config, self._parts)
             self._offer(generation.agents)
@@ -286,8 +187,8 @@ class Reloading:
         parts.platforms.reconfigure(config, reconnecting)
         parts.preferences.configure(config.push)
         parts.admission.limits = admission_limits(config.admission)
-        if self.on_loop_stall is not None:
-            self.on_loop_stall(config.ops.loop_stall_seconds)
+        for hook in self.on_swap:
+            hook(generation)
         if config.push.directory:
             self._start_digests()
 
@@ -348,10 +249,7 @@ async def _hand_over_schedules(old: Generation, new: Generation) -> None:
 
 async def stop_generation(generation: Generation) -> None:
     """Stop the schedulers (waiting for their runs) and the MCP servers of a generation."""
-    if generation.rooms is not None:
-        await generation.rooms.stop()
-    if generation.schedules is not None:
-        await generation.schedules.stop()
+    await generation.stop_schedules()
     await generation.tools.stop()
 
 
@@ -368,3 +266,119 @@ def _stat(source: Path | None) -> tuple[int, int] | None:
     except OSError:
         return (0, 0)
     return (status.st_mtime_ns, status.st_size)
+
+
+class Reloads:
+    """The App's side of reloading and of being watched, so that the App only delegates:
+    its reloads (`Reloading`), the tools `add_tool` gave (offered to every new generation),
+    the loop watch and the ops endpoint's notes on the file, and, on a store other processes
+    open, the record through which `botweave reload` and `doctor` reach this process
+    (runtime/presence.py)."""
+
+    def __init__(self, parts: Lasting, receiver: Inbox, config: Config, background: TaskOwner) -> None:
+        self._parts = parts
+        self._background = background
+        self.added = AddedTools()
+        self.reloading = Reloading(
+            parts, receiver, source=config.source, offer=self.added.offer, start_digests=self.start_digests
+        )
+        #: How far behind the event loop is, watched from a thread while the ops endpoint is
+        #: served or the process's watchdogs are on (runtime/watchdog.py).
+        self.loop_watch = LoopWatch(config.ops.loop_stall_seconds)
+        self.on_swap(lambda generation: self.loop_watch.set_threshold(generation.config.ops.loop_stall_seconds))
+        self._presence: Presence | None = None
+        self._digests = False
+
+    def on_swap(self, hook: SwapHook) -> None:
+        self.reloading.on_swap.append(hook)
+
+    def read_with(self, loader: Loader) -> None:
+        """Read the configuration again with `loader` (how the CLI reads a file: its default
+        store, `--ops-listen`) instead of plainly loading the file the App was made from."""
+        self.reloading.loader = loader
+
+    def ops_server(self, listen: str, readiness: Readiness) -> OpsServer:
+        """The ops endpoint, answering `/healthz` from the loop watch (started here) and
+        naming in `/readyz` how the file on disk differs from what runs."""
+        self.loop_watch.start(asyncio.get_running_loop())
+        return OpsServer(listen, readiness, notes=self.reloading.drift, stalled=self.loop_watch.stalled)
+
+    def start_digests(self) -> None:
+        """Push digests go out once a configuration has a push directory (at start or after
+        a reload), from one task for the App's life."""
+        if not self._digests:
+            self._digests = True
+            notices, life = self._parts.notices, self._parts.life
+            self._background.spawn(notices.flush_digests(life.stopping), name="notification digests")
+
+    def started(self, intake: Intake, platforms: Iterable[str] | None, *, answers: bool, receive: bool) -> None:
+        """`App.start` is done: reloads work within what it started, and a process that
+        receives on a store others open keeps its record there."""
+        requested = tuple(platforms) if platforms is not None else None
+        self.reloading.running = Running(intake, self._background, requested, answers)
+        parts = self._parts
+        if receive and not isinstance(backend(parts.store), MemoryStore):
+            live = parts.live
+            self._presence = Presence(
+                parts.store, role=parts.role, revision=lambda: live.generation.revision,
+                source=lambda: str(live.generation.config.source) if live.generation.config.source else None,
+                drift=self.reloading.drift, reload=self.reload,
+            )
+            self._background.spawn(self._presence.run(parts.life.stopping), name="presence")
+
+    async def reload(
+        self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False
+    ) -> ReloadResult:
+        """See `App.reload`."""
+        result = await self.reloading.reload(source)
+        if everywhere and self._presence is not None:
+            await self._presence.ask_others()
+        if self._presence is not None:
+            await self._presence.announce()
+        return result
+
+    def config_status(self) -> dict[str, str]:
+        """The revision this process runs and, under `differs`, how the file on disk differs
+        from it (a reload refused it, it was edited since, or it changed settings only a
+        restart applies): what the gateway's `health` reports."""
+        note = self.reloading.drift().get("config")
+        return {"revision": self._parts.live.generation.revision, **({"differs": note} if note else {})}
+
+    async def stop(self) -> None:
+        await self.reloading.stop()
+        self.loop_watch.stop()
+
+
+class AddedTools:
+    """Tools a program or plugin offered with `App.add_tool`, given again to the agents of
+    every generation a reload makes."""
+
+    def __init__(self) -> None:
+        self._added: list[tuple[Tool, tuple[str, ...] | None]] = []
+
+    def add(self, tool: Callable[..., Any], agents: Mapping[str, Agent], names: Sequence[str] | None) -> None:
+        """Give `tool` to the agents `names` (all when None) of the live generation `agents`."""
+        unknown = [name for name in names or () if name not in agents]
+        if unknown:
+            raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(agents)}")
+        made = function_tool(tool)
+        chosen = list(names) if names is not None else list(agents)
+        for name in chosen:
+            if made.name in agents[name].tools:
+                raise ValueError(f"add_tool: agent {name} already has a tool named {made.name!r}")
+        for name in chosen:
+            agents[name].tools[made.name] = made
+        self._added.append((made, tuple(names) if names is not None else None))
+
+    def offer(self, agents: Mapping[str, Agent]) -> None:
+        """Give a reloaded configuration's agents the added tools (all of them, or those of
+        the names that are still there); a clash with a tool of the new configuration is a
+        configuration error naming both."""
+        for made, names in self._added:
+            for name in names if names is not None else agents:
+                agent = agents.get(name)
+                if agent is None:
+                    continue
+                if made.name in agent.tools:
+                    raise ConfigError([f"agents.{name}.tools: a tool named {made.name!r} was added by a plugin already"])
+                agent.tools[made.name] = made

@@ -150,7 +150,7 @@ async def test_a_refused_file_changes_nothing_and_says_so_until_a_good_one_is_lo
     status, body = await readyz()
     assert status == 200 and body["status"] == "ready"
     assert "differs from what runs" in body["config"] and "temprature" in body["config"]
-    assert app.config_status() == {"revision": running, "differs": body["config"]}
+    assert app.reloads.config_status() == {"revision": running, "differs": body["config"]}
 
     bad_cron = {**config, "schedules": {"digest": {"cron": "61 * * * *", "agent": "assistant", "prompt": "p", "target": "test:c1"}}}
     write(path, bad_cron)
@@ -164,7 +164,7 @@ async def test_a_refused_file_changes_nothing_and_says_so_until_a_good_one_is_lo
     assert (await app.reload()).status == "applied"
     status, body = await readyz()
     assert (status, body) == (200, {"status": "ready"})
-    assert app.config_status() == {"revision": app.revision}
+    assert app.reloads.config_status() == {"revision": app.revision}
 
 
 async def test_policies_change_for_the_next_message(tmp_path: Path, apps: list[App]) -> None:
