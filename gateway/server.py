@@ -191,7 +191,6 @@ class Gateway:
         self.config = config.model_copy(update={"listen": self.config.listen})
         self.tokens.configure(config.tokens)
         self.guard.trusted = tuple(config.trusted_proxies)
-        self.events.log_size, self.events.history_size = config.event_log_size, config.history_messages
         self.agents = list(agents)
         self.max_upload_bytes, self.allow_mime = max_upload_bytes, tuple(allow_mime)
         if self._runner is not None:

@@ -59,6 +59,8 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
     """The gateway server of this process (None without a gateway or in a worker), its method
     registry filled by the features that have methods."""
     events = app.events
+    if events is not None:
+        reloads.on_swap(partial(_follow_events, events))
     if events is None or app.role == "worker":
         return None
     registry = MethodRegistry()
@@ -95,6 +97,13 @@ async def _reload(reloads: Reloads, caller: Caller, params: NoParams) -> dict[st
     answer["problems"] = (result.error or "").splitlines()
     answer["message"] = result.summary()
     return answer
+
+
+def _follow_events(events: ConversationEvents, generation: Generation) -> None:
+    """How much of each conversation's log and history is kept, from the next append on (in
+    every process that publishes, a worker too)."""
+    settings = generation.config.gateway
+    events.log_size, events.history_size = settings.event_log_size, settings.history_messages
 
 
 def _follow(gateway: Gateway, registry: MethodRegistry, generation: Generation) -> None:

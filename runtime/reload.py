@@ -8,12 +8,13 @@ order is what makes it safe:
 1. Load and validate the whole file, as `botweave check` does (the models litellm cannot
    route included). Anything wrong, and nothing changes: the error is logged as one line,
    returned, and the bot reports the file on disk as differing from what runs (`/readyz`,
-   `botweave doctor`) until a reload succeeds.
+   the gateway's `health`, `botweave doctor`) until a reload succeeds.
 2. Build the new generation; start the MCP servers that are new or whose settings changed
    (a server whose settings did not change is taken over, still connected).
 3. Swap, in one step with no await in between: the live generation, each platform's
    effective settings (allowlists, policies, rate limits), push preferences' defaults, the
-   admission limits. A turn already running keeps the generation it started with; the next
+   admission limits, and whatever follows the swap (`on_swap`: the loop watch's threshold,
+   the gateway's tokens and settings). A turn already running keeps the generation it started with; the next
    item takes the new one.
 4. Hand the schedules over: the old schedulers stop scheduling, the new ones start from the
    shared ledger (a job whose timing changed starts afresh rather than counting the old

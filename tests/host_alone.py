@@ -16,10 +16,10 @@ is also looked at while botweave serves), faulthandler, the threads left running
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import gc
 import json
 import os
-import faulthandler
 import signal
 import sys
 import threading
