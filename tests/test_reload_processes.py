@@ -164,7 +164,8 @@ async def test_sighup_applies_a_new_agent_and_route_while_a_streamed_turn_runs_a
     await bot.wait_log("telegram: connected as")
     await discord.wait_ready(30)
 
-    llm.queue(Reply(text=LONG_ANSWER, chunks=40, chunk_delay=0.25))  # about ten seconds of streaming
+    # about twenty seconds of streaming: the reload must land mid-turn even on a loaded machine
+    llm.queue(Reply(text=LONG_ANSWER, chunks=40, chunk_delay=0.5))
     ann = tg.user(501, "Ann")
     tg.push_message(tg.private_chat(ann), ann, "tell me a long story")
     await wait_until(lambda: tg.sent(501), timeout=30, what="the streamed answer to begin")
@@ -178,7 +179,7 @@ async def test_sighup_applies_a_new_agent_and_route_while_a_streamed_turn_runs_a
     first = tg.sent(501)[0]
     assert tg.current(501, first["message_id"])["text"] != LONG_ANSWER  # the reload came mid-turn
     await wait_until(
-        lambda: (tg.current(501, first["message_id"]) or {}).get("text") == LONG_ANSWER, timeout=30,
+        lambda: (tg.current(501, first["message_id"]) or {}).get("text") == LONG_ANSWER, timeout=60,
         what="the streamed turn to finish",
     )
     assert "(stopped)" not in tg.current(501, first["message_id"])["text"]
