@@ -72,8 +72,8 @@ PlatformsConfig = create_model(
 class OpsConfig(Section):
     """`ops:` what operators and their tools read: `/metrics`, `/healthz` and `/readyz` on
     `listen` (HOST:PORT), off unless set here or with `--ops-listen`; and the watchdogs of a
-    bot process (`botweave run`, `App.run`), which turn a wedged process into one that exits,
-    so that its supervisor starts it again:
+    bot process (`botweave run` and `web`, or `App.serve(watchdogs=...)`), which turn a
+    wedged process into one that exits, so that its supervisor starts it again:
 
     - `startup_timeout_seconds`: a process that is not serving this long after it began
       writes every thread's stack to stderr and exits with code 4;

@@ -1,11 +1,11 @@
 """The life of a bot process, the one the CLI's `botweave run` and `chat` use: start, answer
 until SIGINT/SIGTERM (or the console's input ends, or a platform dies), stop, and say how it
-went as an exit code. SIGHUP reloads the configuration (`App.reload`, every process of the
-bot when they share a store), without stopping anything.
+went as an exit code.
 
-With `Watchdogs` (the bot's own process: `botweave run`, `App.run`), the start-up deadline
-and the loop watchdog may end the process early, with exit codes of their own
-(runtime/watchdog.py)."""
+With `Watchdogs` (the bot's own process: `botweave run` and `web`), SIGHUP reloads the
+configuration (`App.reload`, every process of the bot when they share a store) without
+stopping anything, and the start-up deadline and the loop watchdog may end the process
+early, with exit codes of their own (runtime/watchdog.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ so both are watched from threads.
   counted (`botweave_loop_stalls_total`, `botweave_loop_stall_seconds`) and `/healthz`
   answers 503 (the ops endpoint answers from a thread of its own, runtime/ops.py). Every App
   that serves the ops endpoint measures its loop.
-- `Watchdogs` are what the bot's own process adds (`botweave run`, `App.run`, or a program
+- `Watchdogs` are what the bot's own process adds (`botweave run` and `web`, or a program
   that hands them to `App.serve`): a start-up deadline (`ops.startup_timeout_seconds`), and,
   for a stalled loop, every thread's stack on stderr at the first threshold and the exit at
   twice it. Writing to stderr from faulthandler and ending the process are decisions for
