@@ -177,10 +177,19 @@ class CronScheduler:
     def running(self) -> bool:
         return self._scheduler is not None and bool(self._scheduler.running)
 
-    async def start(self) -> None:
-        """Account for what happened while we were down, then hand the triggers to APScheduler."""
-        for name in self.jobs:
-            await self.catch_up(name)
+    async def start(self, previous: CronScheduler | None = None) -> None:
+        """Account for what happened while we were down, then hand the triggers to APScheduler.
+
+        `previous` is the scheduler this one replaces (a reloaded configuration): a job it ran
+        on the same trigger catches up as usual, but one that is new or whose timing changed
+        starts its ledger now, so that the occurrences the new timing would have had before
+        it existed are not recorded as missed."""
+        for name, job in self.jobs.items():
+            before = previous.jobs.get(name) if previous is not None else None
+            if previous is not None and (before is None or repr(before.trigger) != repr(job.trigger)):
+                await self.store.set(self.last_key(name), self._clock().isoformat())
+            else:
+                await self.catch_up(name)
         scheduler = AsyncIOScheduler(timezone=timezone.utc)
         scheduler.add_listener(self._job_missed, EVENT_JOB_MISSED)
         for name, job in self.jobs.items():
@@ -197,12 +206,16 @@ class CronScheduler:
         scheduler.start()
         self._scheduler = scheduler
 
-    async def stop(self) -> None:
-        """Stop scheduling and wait for runs and miss records in flight."""
+    def halt(self) -> None:
+        """Stop scheduling; runs already started go on (`stop` waits for them)."""
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
-            await asyncio.sleep(0)  # AsyncIOScheduler shuts down on the loop's next turn
         self._scheduler = None
+
+    async def stop(self) -> None:
+        """Stop scheduling and wait for runs and miss records in flight."""
+        self.halt()
+        await asyncio.sleep(0)  # AsyncIOScheduler shuts down on the loop's next turn
         await self.idle()
 
     def next_run(self, name: str) -> datetime | None:

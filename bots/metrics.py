@@ -90,6 +90,27 @@ STORE_ERRORS = Counter(
     "Store operations that failed (the store unreachable, timing out or refusing)",
     registry=REGISTRY,
 )
+LOOP_STALL_SECONDS = Gauge(
+    "botweave_loop_stall_seconds",
+    "Seconds the event loop is behind on the loop watchdog's callback, measured from a thread (0 while it keeps up)",
+    registry=REGISTRY,
+)
+LOOP_STALLS = Counter(
+    "botweave_loop_stalls_total",
+    "Times the event loop went without running a callback for longer than ops.loop_stall_seconds",
+    registry=REGISTRY,
+)
+STARTUP_SECONDS = Gauge(
+    "botweave_startup_seconds",
+    "Seconds this process took from its start until it served (its platforms started)",
+    registry=REGISTRY,
+)
+CONFIG_RELOADS = Counter(
+    "botweave_config_reloads_total",
+    "Configuration reloads, by outcome (applied, unchanged, invalid: refused, nothing changed)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 
 class _Exposed:

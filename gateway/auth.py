@@ -83,6 +83,11 @@ def _all_scopes(scopes: Sequence[str]) -> frozenset[str]:
 class TokenBook:
     def __init__(self, store: Store, configured: Sequence[TokenConfig] = ()) -> None:
         self.store = store
+        self.configure(configured)
+
+    def configure(self, configured: Sequence[TokenConfig]) -> None:
+        """bot.yaml's tokens, at start and after each reload: the next authentication sees
+        these, and `still_valid` tells a connection made with one that is gone."""
         self._configured = [(digest(t.token.get_secret_value().strip()), t) for t in configured]
 
     @property
@@ -102,15 +107,23 @@ class TokenBook:
             if hmac.compare_digest(known, proof):
                 matched = config
         if matched is not None:
-            return Principal(matched.name, "token", _all_scopes(matched.scopes), matched.user)
+            return self._from_config(matched, proof)
         return await self._stored(proof) or await self._share(proof)
 
     async def still_valid(self, principal: Principal) -> bool:
-        """Whether a principal proven earlier would still be let in (not revoked, not expired)."""
+        """Whether a principal proven earlier would still be let in as the same principal
+        (not revoked, not expired, not removed from bot.yaml or given other scopes there)."""
         if principal.proof is None:
             return True
+        for known, config in self._configured:
+            if hmac.compare_digest(known, principal.proof):
+                return self._from_config(config, principal.proof) == principal
         again = await self._stored(principal.proof) or await self._share(principal.proof)
         return again is not None and again.name == principal.name
+
+    @staticmethod
+    def _from_config(config: TokenConfig, proof: str) -> Principal:
+        return Principal(config.name, "token", _all_scopes(config.scopes), config.user, proof=proof)
 
     async def _stored(self, proof: str) -> Principal | None:
         name = await self.store.get(_TOKEN_BY_HASH + proof)

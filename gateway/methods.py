@@ -373,5 +373,8 @@ class GatewayMethods:
 
     async def health(self, caller: Caller, params: NoParams) -> dict[str, Any]:
         failing = await self.gateway.readiness_of_bot()
-        return {"status": "unready" if failing else "ok", "failing": failing}
+        answer: dict[str, Any] = {"status": "unready" if failing else "ok", "failing": failing}
+        if self.gateway.config_status is not None:  # the revision that runs, and any drift
+            answer["config"] = self.gateway.config_status()
+        return answer
 

@@ -103,6 +103,7 @@ class Gateway:
         web_platform: Callable[[], Adapter | None],
         agents: Sequence[str] = (),
         readiness: Readiness | None = None,
+        config_status: Callable[[], dict[str, str]] | None = None,
         max_upload_bytes: int = 20_000_000,
         allow_mime: Sequence[str] = ("*/*",),
     ) -> None:
@@ -117,6 +118,8 @@ class Gateway:
         self.web_platform = web_platform
         self.agents = list(agents)
         self._readiness = readiness
+        #: The configuration revision that runs, and how the file differs (the health method).
+        self.config_status = config_status
         self.max_upload_bytes = max_upload_bytes
         self.allow_mime = tuple(allow_mime)
         self.tokens = TokenBook(events.store, config.tokens)
@@ -180,6 +183,30 @@ class Gateway:
         if runner is not None:
             await runner.cleanup()
 
+    def configure(
+        self, config: GatewayConfig, *, agents: Sequence[str], max_upload_bytes: int, allow_mime: Sequence[str]
+    ) -> None:
+        """Settings a reloaded configuration gives a running gateway (all but `listen`, which
+        it keeps): tokens, origins and limits apply to the next request and connection, and
+        a connection whose token is gone from bot.yaml (or whose scopes changed) is closed."""
+        self.config = config.model_copy(update={"listen": self.config.listen})
+        self.tokens.configure(config.tokens)
+        self.guard.trusted = tuple(config.trusted_proxies)
+        self.agents = list(agents)
+        self.max_upload_bytes, self.allow_mime = max_upload_bytes, tuple(allow_mime)
+        if self._runner is not None:
+            self._tasks.spawn(self._reconfigured(), name="recheck principals after a reload")
+
+    async def _reconfigured(self) -> None:
+        was_open = self._open
+        self._open = not await self.tokens.any_token() and self.signin is None
+        if was_open and not self._open:  # tokens now exist: a connection without one is let go
+            for conn in list(self.hub.connections.values()):
+                if conn.principal.kind == "local":
+                    log.info("gateway: a token is needed now; closing %s", conn.conn_id)
+                    await conn.close(CLOSE_REVOKED, "revoked")
+        await self._recheck_once()
+
     def readiness(self) -> str | None:
         return None if self._runner is not None else "not listening"
 
@@ -190,16 +217,19 @@ class Gateway:
         """Close connections whose token was revoked or whose share expired meanwhile."""
         while True:
             await asyncio.sleep(RECHECK_S)
-            for conn in list(self.hub.connections.values()):
-                principal = conn.principal
-                expired = principal.expires_at is not None and principal.expires_at <= time.time()
-                try:
-                    valid = not expired and await self.tokens.still_valid(principal)
-                except StoreOutage:
-                    continue
-                if not valid:
-                    log.info("gateway: %s's token is no longer valid; closing %s", principal.name, conn.conn_id)
-                    await conn.close(CLOSE_REVOKED, "revoked")
+            await self._recheck_once()
+
+    async def _recheck_once(self) -> None:
+        for conn in list(self.hub.connections.values()):
+            principal = conn.principal
+            expired = principal.expires_at is not None and principal.expires_at <= time.time()
+            try:
+                valid = not expired and await self.tokens.still_valid(principal)
+            except StoreOutage:
+                continue
+            if not valid:
+                log.info("gateway: %s's token is no longer valid; closing %s", principal.name, conn.conn_id)
+                await conn.close(CLOSE_REVOKED, "revoked")
 
     async def close_shares(self, share_ids: Iterable[str]) -> None:
         for conn in self.hub.by_share(share_ids):

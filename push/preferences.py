@@ -59,6 +59,12 @@ class PreferenceStore:
         """The store for a validated `push:` section: its recipients over its defaults."""
         return cls(store, config.default_preference, config.preferences)
 
+    def configure(self, config: PushConfig) -> None:
+        """Take the defaults and recipients of a reloaded `push:` section; what people chose
+        with /notify stays theirs (it lives in the store)."""
+        self.defaults = config.default_preference
+        self.configured = dict(config.preferences)
+
     def _key(self, platform: str, user_id: str) -> str:
         return f"{self.PREFIX}{platform}:{user_id}"
 

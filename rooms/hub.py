@@ -148,9 +148,11 @@ class RoomHub:
             rooms.append({"name": name, "members": members, "conversations": conversations})
         return {"rooms": rooms}
 
-    async def start(self) -> None:
+    async def start(self, previous: RoomHub | None = None) -> None:
+        """Start the stand-ups' schedule; `previous` is the hub this one replaces (a reload),
+        whose scheduler must be halted already."""
         if any(cfg.schedule for cfg in self.configs.values()):
-            await self.scheduler.start()
+            await self.scheduler.start(previous.scheduler if previous is not None else None)
 
     async def stop(self) -> None:
         await self.scheduler.stop()

@@ -6,7 +6,8 @@ returns once the item is recorded (platforms want a fast ack, and must not be ac
 for an item that could still be lost): how it is recorded is the intake's
 (`runtime/intake.py`: the store's journal, the shared stream, or nothing before start), and
 how it is answered is `handle`'s (`runtime/handling.py`). `run` (and `serve`, its async form)
-is the whole life of a bot process (`runtime/process.py`).
+is the whole life of a bot process (`runtime/process.py`). `reload` applies the configuration
+file again in place (`runtime/reload.py`): `config`, `agents`, ... are the live generation's.
 """
 
 from __future__ import annotations
@@ -26,44 +27,45 @@ from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream
 from botweave.runtime.gateway import build_gateway
+from botweave.runtime.generation import LiveParts
 from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer, store_problem
 from botweave.runtime.plugins import load_plugins
-from botweave.runtime.process import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STORE
+from botweave.runtime.process import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STALLED, EXIT_STARTUP, EXIT_STORE
+from botweave.runtime.reload import ReloadResult, Reloads
+from botweave.runtime.watchdog import Watchdogs
 from botweave.store import Store
 from botweave.tasks import TaskOwner
-from botweave.tools.python import function_tool
 from botweave.types import BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
-__all__ = ["App", "Role", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE"]
+__all__ = [
+    "App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP",
+    "EXIT_STALLED",
+]
 
 log = logging.getLogger(__name__)
 
 
-class App:
+class App(LiveParts):
     def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
         parts = build(config, store=store, role=role)
-        self.config, self.role, self.patience, self.store = config, role, parts.patience, parts.store
-        self.hooks, self.commands = parts.hooks, parts.commands
-        self.agents, self.router, self.history, self.tools = parts.agents, parts.router, parts.history, parts.tools
+        self.role, self.patience, self.store = role, parts.patience, parts.store
+        self.hooks, self.commands, self.history, self.preferences = parts.hooks, parts.commands, parts.history, parts.preferences
         self.adapters, self.failed_platforms = parts.platforms.adapters, parts.platforms.failed
         self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
-        self.access, self.approvals, self.control, self.turn = parts.access, parts.approvals, parts.control, parts.turn
-        self.push, self.preferences, self.notifier = config.push, parts.preferences, parts.notifier
-        self.rooms, self.schedules, self.pipeline = parts.rooms, parts.schedules, parts.pipeline
-        self.model_processes, self.model_clients = parts.model_processes, parts.model_clients
-        self.events = parts.events
+        self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
+        self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
         self.ops: OpsServer | None = None
-        self._platforms, self._outgoing, self._handling = parts.platforms, parts.outgoing, parts.handling
-        self._life, self._turns, self._notices = parts.life, parts.turns, parts.notices
-        self._intake = Intake(parts.turns)
-        self._background = TaskOwner("app")
+        self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
+        self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
+        #: Reloading, the loop watch and what other processes see of this one (runtime/reload.py).
+        self.reloads = Reloads(parts, self, config, self._background)
         #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
         self.plugins = load_plugins(self, config.plugins)
         #: The WebSocket control plane this process serves (None without one, or in a worker).
-        self.gateway = build_gateway(self)
+        self.gateway = build_gateway(self, self.reloads)
         self._gateway_serving = False
 
     @classmethod
@@ -90,7 +92,7 @@ class App:
         a slow start is alive but not ready.
         """
         if self.config.ops.listen and self.ops is None:
-            self.ops = OpsServer(self.config.ops.listen, self.readiness)
+            self.ops = self.reloads.ops_server(self.config.ops.listen, self.readiness)
             await self.ops.start()
         await self.store.connect()
         log.info("store: %s", self.store.describe())
@@ -112,10 +114,12 @@ class App:
             self.access.explain(name)
         await self._platforms.start(sections, self, self._intake.receives)
         await self._intake.run(self, self._background, self._platforms, sections)
-        if receive and self.role in ("all", "worker"):
+        answers = receive and self.role in ("all", "worker")
+        if answers:
             await self._start_answering()
         if self.push.directory:
-            self._background.spawn(self._notices.flush_digests(self._life.stopping), name="notification digests")
+            self.reloads.start_digests()
+        self.reloads.started(self._intake, platforms, answers=answers, receive=receive)
         if self.gateway is not None and receive:
             self._gateway_serving = True
             await self.gateway.start()
@@ -124,10 +128,7 @@ class App:
     async def _start_answering(self) -> None:
         """What only a process that answers runs: rooms' and agents' schedules, and the
         approvals a stopped run left open, closed as expired."""
-        if self.rooms is not None:
-            await self.rooms.start()
-        if self.schedules is not None:
-            await self.schedules.start()
+        await self._live.generation.start_schedules()
         closed = await self.approvals.sweep()
         if closed:
             log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
@@ -140,15 +141,13 @@ class App:
         if self.gateway is not None:
             await self.gateway.stop()
         self.approvals.shutting_down()
-        if self.rooms is not None:
-            await self.rooms.stop()
-        if self.schedules is not None:
-            await self.schedules.stop()
+        await self._live.generation.stop_schedules()
         # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
         await self._background.close(timeout + 2.0, grace=1.0)
         await self._turns.tasks.close(timeout, grace=1.0)
         await self._platforms.stop()
         await self.approvals.stop()
+        await self.reloads.stop()
         await self.tools.stop()
         if self.model_processes is not None:
             await self.model_processes.close()
@@ -187,17 +186,22 @@ class App:
     def run(self, platforms: Iterable[str] | None = None) -> int:
         """Run the bot until SIGINT or SIGTERM (or the console's input ends); blocks, and
         returns the exit code (0 clean stop, 1 a platform failed to start or died, 2 the ops
-        endpoint could not listen, 3 the store was unreachable). Logs go to stderr at INFO
-        unless the program configured logging itself."""
+        endpoint could not listen, 3 the store was unreachable). Its process stays the
+        program's (see `serve`). Logs go to stderr at INFO unless the program configured
+        logging itself."""
         if not logging.getLogger().handlers:
             setup_logging(logging.INFO)
         return asyncio.run(self.serve(platforms))
 
-    async def serve(self, platforms: Iterable[str] | None = None, *, on_started: Callable[[], None] | None = None) -> int:
+    async def serve(
+        self, platforms: Iterable[str] | None = None, *, on_started: Callable[[], None] | None = None,
+        watchdogs: Watchdogs | None = None,
+    ) -> int:
         """`run` inside a running event loop: start, answer until told to stop, stop.
         `on_started` is called once everything has started (the CLI tunes its own process
-        then); nothing here changes the loop, the interpreter or any library."""
-        return await process.serve(self, self._platforms, platforms, on_started)
+        then); nothing here changes the loop, the interpreter or any library. `watchdogs` hand
+        the process to the bot as `botweave run` does: SIGHUP reloads, a wedge ends it."""
+        return await process.serve(self, self._platforms, platforms, on_started, watchdogs)
 
     async def readiness(self) -> dict[str, str]:
         """The parts of this process that cannot serve right now, each with why (empty when
@@ -216,15 +220,17 @@ class App:
     def add_tool(self, tool: Callable[..., Any], *, agents: Sequence[str] | None = None) -> None:
         """Offer a Python function as a tool to `agents` (all when None), the way `{python: ...}`
         entries in bot.yaml are; plugins call this from their setup. Its schema comes from the
-        type hints and the docstring (see `botweave.tool`)."""
-        unknown = [name for name in agents or () if name not in self.agents]
-        if unknown:
-            raise ValueError(f"add_tool: unknown agent(s) {', '.join(unknown)}; agents: {', '.join(self.agents)}")
-        made = function_tool(tool)
-        for name in agents if agents is not None else self.agents:
-            if made.name in self.agents[name].tools:
-                raise ValueError(f"add_tool: agent {name} already has a tool named {made.name!r}")
-            self.agents[name].tools[made.name] = made
+        type hints and the docstring (see `botweave.tool`). The agents of a reloaded
+        configuration get it too (all of them, or those of `agents` that are still there)."""
+        self.reloads.added.add(tool, self.agents, agents)
+
+    # --- reloading ------------------------------------------------------------------------------
+
+    async def reload(self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False) -> ReloadResult:
+        """Read the configuration again (or `source`: another file, a `Config`) and apply what
+        changed in place once all of it is valid: a refused file changes nothing. With
+        `everywhere`, every other process on a shared store reloads its own file too."""
+        return await self.reloads.reload(source, everywhere=everywhere)
 
     # --- inbound --------------------------------------------------------------------------
 

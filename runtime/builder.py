@@ -3,6 +3,13 @@
 handed the others it works with, so that `App` only holds them. The order below is the order
 of dependence; nothing here runs anything (the store connects, and the platforms start, in
 `App.start`).
+
+It builds in two parts. `Lasting` is what lives as long as the App: the store, the
+registries plugins fill, the platform connections, and the desks that hold what is going on
+(turn control, approvals, admission). A `Generation` (runtime/generation.py) is what is made
+from one configuration: agents, router, tools, rooms, schedules, push, the pipeline.
+`build_generation` makes the first one at construction and every one after it when the
+configuration is reloaded, so a reload builds nothing in a way a start would not.
 """
 
 from __future__ import annotations
@@ -21,11 +28,11 @@ from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.model_calls import ModelCalls
 from botweave.model_clients import ModelClients
-from botweave.pipeline import Handler
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.approvals import ApprovalDesk
 from botweave.policies.authors import AuthorScreen
+from botweave.policies.config import AdmissionConfig
 from botweave.policies.rate_limit import RateLimit
 from botweave.policies.targets import MessageTargetRule
 from botweave.push import Notifier
@@ -37,6 +44,7 @@ from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config
 from botweave.runtime.connections import Platforms
 from botweave.runtime.gateway import conversation_events, watch_step
+from botweave.runtime.generation import Generation, Live
 from botweave.runtime.handling import Handling
 from botweave.runtime.intake import Turns
 from botweave.runtime.lifecycle import Lifecycle, Role
@@ -58,77 +66,105 @@ from botweave.tools import ToolServices, Toolsets
 
 
 @dataclass(frozen=True)
-class Parts:
-    """Everything an App holds, made and wired by `build`."""
+class Lasting:
+    """What an App holds for its whole life, made by `build_lasting`."""
 
-    config: Config
     role: Role
     life: Lifecycle
     patience: Patience
     store: PatientStore
     hooks: HookRegistry
     commands: CommandRegistry
+    locks: ConversationLocks
     model_processes: ModelProcesses | None
     model_clients: ModelClients | None
-    agents: dict[str, Agent]
-    router: Router
+    calls: ModelCalls
     history: History
     platforms: Platforms
     delivery: Delivery
     targets: Targets
-    tools: Toolsets
     buttons: ButtonBook
-    outgoing: Outgoing
     preferences: PreferenceStore
-    notifier: Notifier
     notices: Notices
     access: AccessControl
     approvals: ApprovalDesk
-    rooms: RoomHub | None
-    schedules: AgentSchedules | None
+    admission: Admission
     control: TurnControl
-    turn: AgentTurn
-    pipeline: Handler
     handling: Handling
     turns: Turns
     #: Conversation events, published everywhere things happen; None without a gateway.
     events: ConversationEvents | None
+    live: Live
 
 
-def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Parts:
+def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
     """The parts of an App on `config`, keeping its state in `store` (else the one
-    `store.url` names, memory when none)."""
+    `store.url` names, memory when none), with its first generation live."""
+    lasting = build_lasting(config, store=store, role=role)
+    lasting.live.generation = build_generation(config, lasting)
+    return lasting
+
+
+def build_lasting(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
+    """What outlives reloads. The settings it reads here are the ones a reload cannot change
+    in a running process (`store:`, `models.processes`)."""
     settings = config.store
     ttl = settings.dedup_ttl_seconds
     patience = Patience(settings.outage_grace_seconds)
     chosen = store or open_store(settings.url or "memory://", settings.prefix, base=config.base_dir)
     kept = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=patience)
     events = conversation_events(config, kept)
-    hooks, commands, life, locks = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks()
+    hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
-    calls = AskingAside(made)  # a turn gives its place up while it waits for its model
-    agents = {name: Agent(name, section, calls=calls) for name, section in config.agents.items()}
-    router = Router(config.routes, default_agent=next(iter(agents)))
     history = History(kept)
     platforms = Platforms(config, events)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
-    targets = Targets(platforms.adapters)
+    buttons = ButtonBook(kept)
+    preferences = PreferenceStore.from_config(kept, config.push)
+    notices = Notices(live)
     cli_config = _pairing_cli_config(config, kept, given=store is not None)
     access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
-    target_rule = MessageTargetRule(
-        access, platforms.bot_config, {name: agent.message_tools.allow_targets for name, agent in config.agents.items()}
-    )
-    tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
-    buttons = ButtonBook(kept)
-    outgoing = Outgoing(config, delivery, targets, buttons, platforms.adapters)
-    preferences = PreferenceStore.from_config(kept, config.push)
-    transports = config.push.transports(outgoing.send_direct)
-    notifier = Notifier(preferences, transports, kept, directory=config.push.directory)
-    notices = Notices(notifier, config)
     approvals = ApprovalDesk(
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,
     )
+    # several workers share one budget through the store
+    admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
+    control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
+    BuiltinCommands(commands, live, history, life.uptime).register()
+    commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
+    commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
+    commands.register("stop", control.stop_command, help=STOP_HELP)
+    handling = Handling(
+        store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
+        control=control, buttons=buttons, approvals=approvals, order=TurnOrder(),
+    )
+    return Lasting(
+        role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
+        model_processes=model_processes, model_clients=model_clients,
+        calls=AskingAside(made),  # a turn gives its place up while it waits for its model
+        history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
+        preferences=preferences, notices=notices, access=access, approvals=approvals, admission=admission,
+        control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
+        live=live,
+    )
+
+
+def build_generation(config: Config, lasting: Lasting) -> Generation:
+    """The parts made from `config`, wired to `lasting`. Nothing starts: MCP servers connect
+    and schedules begin when the generation goes live (`App.start`, or a reload)."""
+    kept, ttl = lasting.store, config.store.dedup_ttl_seconds
+    notices, platforms, delivery, targets = lasting.notices, lasting.platforms, lasting.delivery, lasting.targets
+    agents = {name: Agent(name, section, calls=lasting.calls) for name, section in config.agents.items()}
+    router = Router(config.routes, default_agent=next(iter(agents)))
+    target_rule = MessageTargetRule(
+        lasting.access, platforms.bot_config,
+        {name: agent.message_tools.allow_targets for name, agent in config.agents.items()},
+    )
+    tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
+    outgoing = Outgoing(config, delivery, targets, lasting.buttons, platforms.adapters)
+    transports = config.push.transports(outgoing.send_direct)
+    notifier = Notifier(lasting.preferences, transports, kept, directory=config.push.directory)
     rooms = None
     if config.rooms:
         rooms = RoomHub(
@@ -138,43 +174,38 @@ def build(config: Config, *, store: Store | None = None, role: Role = "all") -> 
     schedules = None
     if config.schedules:
         schedules = AgentSchedules(
-            config.schedules, agents=agents, history=history, delivery=delivery, targets=targets, locks=locks,
-            bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
+            config.schedules, agents=agents, history=lasting.history, delivery=delivery, targets=targets,
+            locks=lasting.locks, bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
         )
-    control = TurnControl(kept, agents, history, platforms.bot_config, ttl, access.admits, events=events)
-    turn = AgentTurn(agents, history, notices.turn_finished, kept, ttl, approvals=approvals, events=events)
-    BuiltinCommands(commands, agents, history, rooms, life.uptime).register()
-    commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
-    commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
-    commands.register("stop", control.stop_command, help=STOP_HELP)
+    turn = AgentTurn(
+        agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events
+    )
     pipeline = build_pipeline(
         authors=AuthorScreen(kept),
-        access=access,
-        hooks=hooks,
+        access=lasting.access,
+        hooks=lasting.hooks,
         router=router,
         delivery=delivery,
-        commands=commands,
+        commands=lasting.commands,
         rooms=rooms,
-        observe=Observe(agents, history, kept, ttl),
+        observe=Observe(agents, lasting.history, kept, ttl),
         rate_limit=RateLimit(kept),
-        admission=_admission(config, kept),
+        admission=AdmissionStep(lasting.admission, kept, config.admission.busy_message),
         media=MediaStep(agents, {name: config.media_for(name) for name in agents}),
-        control=control,
+        guard=lasting.control.guard(agents),
+        stale=lasting.control.stale_step,
         turn=turn,
-        watch=watch_step(events),
+        watch=watch_step(lasting.events),
     )
-    handling = Handling(
-        store=kept, dedup_ttl=ttl, platforms=platforms, router=router, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, turn=turn, pipeline=pipeline, buttons=buttons, approvals=approvals, order=TurnOrder(),
+    return Generation(
+        config=config, agents=agents, router=router, tools=tools, outgoing=outgoing, notifier=notifier,
+        rooms=rooms, schedules=schedules, turn=turn, pipeline=pipeline,
     )
-    return Parts(
-        config=config, role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands,
-        model_processes=model_processes, model_clients=model_clients, agents=agents, router=router, history=history,
-        platforms=platforms, delivery=delivery, targets=targets, tools=tools, buttons=buttons, outgoing=outgoing,
-        preferences=preferences, notifier=notifier, notices=notices, access=access, approvals=approvals, rooms=rooms,
-        schedules=schedules, control=control, turn=turn, pipeline=pipeline, handling=handling,
-        turns=Turns(control, TaskOwner("turn"), locks, life),
-        events=events,
+
+
+def admission_limits(config: AdmissionConfig) -> AdmissionLimits:
+    return AdmissionLimits(
+        config.max_concurrent_turns, config.max_concurrent_turns_per_scope, config.overflow, config.queue_depth
     )
 
 
@@ -191,25 +222,13 @@ def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | 
 def _tools(config: Config, agents: dict[str, Agent], services: ToolServices, store: Store) -> Toolsets:
     """Each agent's tools from its `tools:` entries; the MCP servers connect at start."""
     tools = Toolsets(config.agents, services, config.egress_policy)
-    if tools.needs_ledger:
+    if tools.needs_ledger and services.delivery.ledger is None:
         services.delivery.ledger = SentLedger(store)
     try:
         tools.equip(agents)
     except ValueError as exc:
         raise ConfigError([str(exc)]) from None
     return tools
-
-
-def _admission(config: Config, store: Store) -> AdmissionStep:
-    limits = config.admission
-    admission = Admission(
-        AdmissionLimits(
-            limits.max_concurrent_turns, limits.max_concurrent_turns_per_scope, limits.overflow, limits.queue_depth
-        ),
-        # several workers share one budget through the store
-        slots=store if isinstance(backend(store), RedisStore) else None,
-    )
-    return AdmissionStep(admission, store, limits.busy_message)
 
 
 def _pairing_cli_config(config: Config, store: Store, *, given: bool) -> Path | None:

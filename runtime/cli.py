@@ -1,4 +1,4 @@
-"""The `botweave` command: run, chat, web, check, doctor, init, room, pair, gateway.
+"""The `botweave` command: run, chat, web, check, doctor, reload, init, room, pair, gateway.
 
 Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
 `botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
@@ -12,6 +12,8 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NoReturn
 
 from botweave.runtime.lifecycle import Role
@@ -91,6 +93,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("config", nargs="?", help=CONFIG_HELP)
     doctor.add_argument("--no-model", action="store_true", help="skip the one-token request to each model")
+    reload = sub.add_parser(
+        "reload", help="make the running bot read its configuration again (checked first; nothing changes if invalid)",
+        parents=common,
+    )
+    reload.add_argument("config", nargs="?", help=CONFIG_HELP)
+    reload.add_argument(
+        "--timeout", type=float, default=30.0, metavar="SECONDS",
+        help="how long to wait for every process of the bot to answer (default: 30)",
+    )
     init = sub.add_parser("init", help="write a commented bot.yaml for chosen platforms and model", parents=common)
     init.add_argument("path", nargs="?", default="bot.yaml", help="where to write it (default: ./bot.yaml; never overwritten)")
     init.add_argument(
@@ -170,7 +181,14 @@ def _load(path: str | None, *, ephemeral: bool = False, builtin: dict[str, Any] 
 
 
 async def _serve(
-    config: Any, platforms: list[str] | None, role: Role = "all", *, banner: bool = False, signin: bool = False
+    config: Any,
+    platforms: list[str] | None,
+    role: Role = "all",
+    *,
+    banner: bool = False,
+    signin: bool = False,
+    loader: Callable[[], Any] | None = None,
+    watchdogs: Any = None,
 ) -> int:
     from botweave.runtime.app import App
     from botweave.store import is_shared
@@ -181,13 +199,43 @@ async def _serve(
     from botweave.runtime.own_process import tune_own_process
 
     app = App(config, role=role)
+    if loader is not None:
+        app.reloads.read_with(loader)
     if banner:
         print(chat_banner(app), flush=True)
     if signin:
         from botweave.runtime.web import attach_signin
 
         attach_signin(app)
-    return await app.serve(platforms, on_started=tune_own_process)
+    return await app.serve(platforms, on_started=tune_own_process, watchdogs=watchdogs)
+
+
+def _reloaded(
+    path: str | None,
+    ephemeral: bool,
+    *,
+    ops: str | None = None,
+    gateway: str | None = None,
+    chat: bool = False,
+    builtin: dict[str, Any] | None = None,
+) -> Any:
+    """The configuration a reload reads: the file `run` (`chat`, `web`) was given, read the
+    way it read it, with the same addresses from the command line."""
+    config = _load(path, ephemeral=ephemeral, builtin=builtin)
+    _listen(config, "ops", ops)
+    _listen(config, "gateway", gateway)
+    return _for_chat(config) if chat else config
+
+
+def _for_chat(config: Any) -> Any:
+    """`chat` talks through the console whether or not bot.yaml configures it, and has no
+    control plane beside it."""
+    config.gateway.listen = None
+    if config.platforms.console is None:
+        from botweave.adapters.console.config import ConsoleConfig
+
+        config.platforms.console = ConsoleConfig()
+    return config
 
 
 def chat_banner(app: Any) -> str:
@@ -220,24 +268,9 @@ def _listen(config: Any, section: str, listen: str | None) -> None:
     getattr(config, section).listen = listen
 
 
-def unroutable_models(config: Any) -> list[str]:
-    """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
-    found before the first turn apologises for it."""
-    from botweave.model_calls import litellm_module
-
-    litellm = litellm_module()
-    problems = []
-    for name, agent in config.agents.items():
-        try:
-            litellm.get_llm_provider(model=agent.model, api_base=agent.api_base)
-        except Exception as exc:
-            reason = str(exc).splitlines()[0][:200]
-            problems.append(f"agents.{name}.model: litellm cannot route {agent.model!r} ({reason})")
-    return problems
-
-
 def _check(path: str | None) -> int:
     from botweave.config import ConfigError
+    from botweave.runtime.config import unroutable_models
     from botweave.runtime.dump import dump_config
     from botweave.store import StoreUnavailable, open_store, redact_url
 
@@ -420,6 +453,65 @@ async def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _reload(args: argparse.Namespace) -> int:
+    """Ask every process running on this configuration's state to reload, and say how each
+    did; 2 when the file was refused (with `check`'s message), 1 when no bot runs or one
+    did not answer."""
+    from botweave.config import ConfigError
+    from botweave.runtime.config import find_config, store_settings
+    from botweave.runtime.presence import answers, request_reload, running, state_of
+    from botweave.store import redact_url
+
+    refused: ConfigError | None = None
+    try:
+        settings = _load(args.config).store
+    except ConfigError as exc:
+        refused = exc  # the running bots are still told, so each logs it and reports the drift
+        settings = store_settings(find_config(args.config))
+    if settings.url.startswith("memory://"):
+        if refused is not None:
+            raise refused
+        print(
+            "botweave: the bot keeps its state in memory (memory://, or started with --ephemeral), where no other "
+            "process can reach it; send its process SIGHUP to reload", file=sys.stderr,
+        )
+        return 1
+    config_path = find_config(args.config)
+    store = state_of(settings.url, settings.prefix, config_path.resolve().parent if config_path else None)
+    processes, found = [], {}
+    if store is not None:
+        await store.connect()
+        try:
+            processes = await running(store)
+            if processes:
+                found = await answers(store, await request_reload(store), processes, args.timeout)
+        finally:
+            await store.close()
+    if not processes:
+        if refused is not None:
+            raise refused
+        print(f"botweave: no bot is running on {redact_url(settings.url)}; nothing to reload", file=sys.stderr)
+        return 1
+    code, problems = 0, []
+    for process in processes:
+        result = found[process.id]
+        if result is None:
+            print(f"{process.who()}: no answer within {args.timeout:g}s", file=sys.stderr)
+            code = 1
+        elif result.status == "invalid":
+            print(f"{process.who()}: refused the file; still running revision {result.before}", file=sys.stderr)
+            if result.error not in problems:
+                problems.append(result.error)
+        else:
+            print(f"{process.who()}: {result.summary()}")
+            code = max(code, 1 if result.failed else 0)
+    if problems or refused is not None:
+        for problem in problems or [str(refused)]:
+            print(f"botweave: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    return code
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from botweave.runtime.doctor import doctor
 
@@ -444,6 +536,11 @@ def _exit_now(code: int) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    watchdogs = None
+    if args.command in ("run", "web"):  # the deadline counts from here: loading the configuration is starting
+        from botweave.runtime.watchdog import Watchdogs
+
+        watchdogs = Watchdogs().arm()
     _setup_logging(args.verbose, args.log_format, args.command)
     from botweave.config import ConfigError
     from botweave.store import StoreUnavailable
@@ -457,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
             return _init(args)
         if args.command == "pair":
             return asyncio.run(_pair(args))
+        if args.command == "reload":
+            return asyncio.run(_reload(args))
         if args.command == "room":
             return asyncio.run(_room(args))
         if args.command == "schedule":
@@ -468,20 +567,25 @@ def main(argv: list[str] | None = None) -> int:
 
             config = _load(args.config, ephemeral=args.ephemeral, builtin=BUILTIN_WEB_CONFIG)
             choose_listen(config, args.gateway_listen)
-            _exit_now(asyncio.run(_serve(config, None, signin=True)))
+            assert watchdogs is not None
+            watchdogs.configure(config.ops)
+            loader = partial(
+                _reloaded, args.config, args.ephemeral, gateway=config.gateway.listen, builtin=BUILTIN_WEB_CONFIG
+            )
+            _exit_now(asyncio.run(_serve(config, None, signin=True, loader=loader, watchdogs=watchdogs)))
         config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
-            config.gateway.listen = None  # the terminal's own chat: no control plane beside it
-            if config.platforms.console is None:
-                from botweave.adapters.console.config import ConsoleConfig
-
-                config.platforms.console = ConsoleConfig()
             from botweave.adapters.console.inbound import is_terminal
 
-            _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin))))
+            config = _for_chat(config)
+            loader = partial(_reloaded, args.config, args.ephemeral, chat=True)
+            _exit_now(asyncio.run(_serve(config, ["console"], banner=is_terminal(sys.stdin), loader=loader)))
+        assert watchdogs is not None
+        watchdogs.configure(config.ops)
         _listen(config, "ops", args.ops_listen)
         _listen(config, "gateway", args.gateway_listen)
-        _exit_now(asyncio.run(_serve(config, None, args.role)))
+        loader = partial(_reloaded, args.config, args.ephemeral, ops=args.ops_listen, gateway=args.gateway_listen)
+        _exit_now(asyncio.run(_serve(config, None, args.role, loader=loader, watchdogs=watchdogs)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

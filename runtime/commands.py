@@ -1,14 +1,16 @@
 """The runtime's built-in commands: `/new`, `/help` (and `/start`, its alias for people
-arriving from a platform's Start button) and `/status`."""
+arriving from a platform's Start button) and `/status`. They are registered once and read
+the live generation's agents and rooms when they run, so a reload neither re-registers them
+nor undoes a plugin's replacement of one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from botweave.agents import Agent, History
+from botweave.agents import History
 from botweave.commands import CommandRegistry
 from botweave.pipeline import Inbound
-from botweave.rooms.hub import RoomHub
+from botweave.runtime.generation import Live
 
 
 def format_uptime(seconds: float) -> str:
@@ -26,27 +28,26 @@ class BuiltinCommands:
     def __init__(
         self,
         registry: CommandRegistry,
-        agents: Mapping[str, Agent],
+        live: Live,
         history: History,
-        rooms: RoomHub | None,
         uptime: Callable[[], float],
     ) -> None:
         self._registry = registry
-        self._agents = agents
+        self._live = live
         self._history = history
-        self._rooms = rooms
         self._uptime = uptime
 
     def register(self) -> None:
         self._registry.register("new", self.new, help="start a new conversation (forget the earlier messages)")
         self._registry.register("help", self.help, help="show this help")
         self._registry.register("start", self.help, help="the same as /help (what a platform's Start button sends)")
-        self._registry.register("status", self.status, help="show the agent, model, platform and uptime")
+        self._registry.register("status", self.status, help="show the agent, model, platform, uptime and config revision")
 
     async def new(self, inbound: Inbound) -> str:
         target = inbound.target
-        if target is not None and target.kind == "room" and self._rooms is not None:
-            await self._rooms.reset(target.name, inbound.message)
+        rooms = self._live.generation.rooms
+        if target is not None and target.kind == "room" and rooms is not None and target.name in rooms.rooms:
+            await rooms.reset(target.name, inbound.message)
             return f"Room {target.name} starts afresh."
         await self._history.reset(inbound.conversation)
         return "Started a new conversation; earlier messages are forgotten."
@@ -56,7 +57,12 @@ class BuiltinCommands:
 
     async def status(self, inbound: Inbound) -> str:
         target = inbound.target
-        agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
+        generation = self._live.generation
+        agent = generation.agents.get(target.name) if target is not None and target.kind == "agent" else None
         lines = [f"agent: {agent.name}", f"model: {agent.model}"] if agent else [f"room: {target.name}"] if target else []
-        lines += [f"platform: {inbound.message.platform}", f"uptime: {format_uptime(self._uptime())}"]
+        lines += [
+            f"platform: {inbound.message.platform}",
+            f"uptime: {format_uptime(self._uptime())}",
+            f"config: revision {generation.revision}",
+        ]
         return "\n".join(lines)

@@ -13,6 +13,7 @@ reported together with every other problem instead of after they are fixed.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -46,7 +47,16 @@ from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.scheduled_agents import ScheduleConfig
 from botweave.tools import BUILTINS, load_python_tools
 from botweave.tools.config import AgentTools
-from pydantic import Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
 log = logging.getLogger(__name__)
@@ -61,9 +71,21 @@ PlatformsConfig = create_model(
 
 class OpsConfig(Section):
     """`ops:` what operators and their tools read: `/metrics`, `/healthz` and `/readyz` on
-    `listen` (HOST:PORT). Off unless set here or with `--ops-listen`."""
+    `listen` (HOST:PORT), off unless set here or with `--ops-listen`; and the watchdogs of a
+    bot process (`botweave run` and `web`, or `App.serve(watchdogs=...)`), which turn a
+    wedged process into one that exits, so that its supervisor starts it again:
+
+    - `startup_timeout_seconds`: a process that is not serving this long after it began
+      writes every thread's stack to stderr and exits with code 4;
+    - `loop_stall_seconds`: an event loop that has not run a callback for this long gets its
+      stacks written and `/healthz` answers 503; after twice as long the process exits with
+      code 5.
+
+    0 turns a watchdog off."""
 
     listen: Optional[str] = None
+    startup_timeout_seconds: Annotated[float, Field(ge=0)] = 60.0
+    loop_stall_seconds: Annotated[float, Field(ge=0)] = 30.0
 
     @field_validator("listen")
     @classmethod
@@ -123,10 +145,20 @@ class Config(Section):
     _env_refs: dict[str, list[str]] = PrivateAttr(default_factory=dict)
     #: The file this configuration was read from (None: a mapping, or the built-in one).
     _source: Optional[Path] = PrivateAttr(default=None)
+    _revision: Optional[str] = PrivateAttr(default=None)
 
     @property
     def source(self) -> Path | None:
         return self._source
+
+    @property
+    def revision(self) -> str:
+        """The configuration's revision (see `config_revision`), as it was read: what a
+        process changes afterwards for itself (`--ops-listen`, the default store) is not part
+        of it, so another process reading the same file gets the same revision."""
+        if self._revision is None:
+            self._revision = config_revision(self)
+        return self._revision
 
     @property
     def base_dir(self) -> Path | None:
@@ -224,8 +256,9 @@ class Config(Section):
     def platform(self, name: str) -> PlatformConfig | None:
         return getattr(self.platforms, name, None)
 
-    def enabled_platforms(self, only: Iterable[str] | None = None) -> dict[str, PlatformConfig]:
-        """Platforms that are switched on and have their credentials; others warn once."""
+    def enabled_platforms(self, only: Iterable[str] | None = None, *, warn: bool = True) -> dict[str, PlatformConfig]:
+        """Platforms that are switched on and have their credentials; others warn (once, at
+        start: a reload asks again without `warn`)."""
         enabled = {}
         wanted = set(installed_platforms()) if only is None else set(only)
         for name in installed_platforms():
@@ -234,7 +267,8 @@ class Config(Section):
                 continue
             hints = self.missing_credentials(name)
             if hints:
-                log.warning("platform %s skipped: %s", name, "; ".join(hints))
+                if warn:
+                    log.warning("platform %s skipped: %s", name, "; ".join(hints))
                 continue
             enabled[name] = section
         return enabled
@@ -252,6 +286,22 @@ class Config(Section):
             spec = installed_platforms().get(platform)
             section = spec.config() if spec is not None else PlatformConfig()
         return section.bot_config(self.bot)
+
+
+def unroutable_models(config: Config) -> list[str]:
+    """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
+    found before the first turn apologises for it. Imports litellm (seconds, the first time)."""
+    from botweave.model_calls import litellm_module
+
+    litellm = litellm_module()
+    problems = []
+    for name, agent in config.agents.items():
+        try:
+            litellm.get_llm_provider(model=agent.model, api_base=agent.api_base)
+        except Exception as exc:
+            reason = str(exc).splitlines()[0][:200]
+            problems.append(f"agents.{name}.model: litellm cannot route {agent.model!r} ({reason})")
+    return problems
 
 
 def _missing_hint(platform: str, field: str, env_refs: dict[str, list[str]]) -> str:
@@ -294,7 +344,35 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any], env: Mapping
     if not isinstance(source, Mapping):
         _anchor_files_dirs(config, Path(source).resolve().parent)
         config._source = Path(source)
+    config._revision = config_revision(config)
     return config
+
+
+def config_revision(config: Config) -> str:
+    """A short hash of the effective configuration (variables substituted, defaults filled
+    in), the same for the same settings whatever their order or layout in the file. Secrets
+    are part of it, so a new token is a new revision; the hash is all that is shown of them."""
+    return fingerprint(config)[:12]
+
+
+def fingerprint(section: Any) -> str:
+    """The SHA-256 of a section's settings, secrets included, layout and key order not."""
+    text = json.dumps(_revealed(section), sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _revealed(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, BaseModel):
+        return _revealed(value.model_dump(mode="python"))
+    if isinstance(value, Mapping):
+        return {str(key): _revealed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_revealed(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(str(item) for item in value)
+    return value
 
 
 def _anchor_files_dirs(config: Config, base: Path) -> None:
@@ -320,14 +398,43 @@ def default_store_url(config: Config) -> str:
     file per configuration file in the user state dir, named after the file and a hash of
     its absolute path (so two bot.yaml files in different folders never share state); the
     built-in configuration gets one of its own."""
+    return _state_file_url(config.source)
+
+
+def _state_file_url(source: Path | None) -> str:
     state = Path(platformdirs.user_state_dir("botweave", appauthor=False))
-    if config.source is None:
+    if source is None:
         name = "builtin.db"
     else:
-        absolute = config.source.resolve()
+        absolute = source.resolve()
         digest = hashlib.sha256(str(absolute).encode()).hexdigest()[:8]
         name = f"{absolute.stem}-{digest}.db"
     return f"sqlite:///{state / name}"
+
+
+def store_settings(source: Path | None) -> StoreConfig:
+    """The `store:` section of a configuration file that may not load as a whole, with the
+    store `botweave run` would use when it names none: how another process (`botweave
+    reload`, `doctor`) still finds the state of the bot running on that file after someone
+    broke it. ConfigError when not even that section can be read."""
+    if source is None:
+        return StoreConfig(url=_state_file_url(None))
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError([f"{source}: cannot be read ({exc})"]) from None
+    section = raw.get("store") if isinstance(raw, dict) else None
+    unset: list[str] = []
+    data = substitute_env(section if isinstance(section, dict) else {}, os.environ, "store", unset=unset)
+    if unset:
+        raise ConfigError(unset)
+    try:
+        settings = StoreConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, StoreConfig, prefix="store")) from None
+    if settings.url is None:
+        settings.url = _state_file_url(source)
+    return settings
 
 
 def find_config(explicit: str | None) -> Path | None:

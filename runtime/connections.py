@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, cast
 
 from botweave.adapter import Adapter, PlatformRejected
@@ -62,6 +62,47 @@ class Platforms:
 
     def bot_config(self, platform: str) -> BotConfig:
         return self.configs.get(platform) or self._config.bot_config_for(platform)
+
+    def reconfigure(self, config: Config, reconnecting: Collection[str] = ()) -> None:
+        """A reloaded configuration: each running platform's policies (its effective
+        `BotConfig`) are the new ones for the next item, while an item under way keeps those
+        it started with. No connection is touched here: the new section reaches a running
+        adapter only when its connection settings are the same, and the platforms
+        `reconnecting` keep theirs until `replace` starts them afresh."""
+        self._config = config
+        for name, adapter in self.adapters.items():
+            section = config.platform(name)
+            if section is not None and name not in reconnecting:
+                adapter.config = section
+            self.configs[name] = config.bot_config_for(name)
+        for leader in self.leaders:
+            section = config.platform(leader.platform)
+            if leader.adapter is not None and section is not None and leader.platform not in reconnecting:
+                leader.adapter.config = section
+
+    async def replace(
+        self, name: str, section: PlatformConfig | None, receiver: Receiver, receives: Callable[[Adapter], bool]
+    ) -> str | None:
+        """Stop platform `name` and, unless `section` is None (switched off), start it afresh
+        on `section`, with the retries of a start; the failure, when it does not come up."""
+        old = self.adapters.pop(name, None)
+        self.configs.pop(name, None)
+        self.failed.pop(name, None)
+        if old is not None:
+            try:
+                await old.stop()
+            except Exception:
+                log.exception("platform %s did not stop cleanly", name)
+        if section is None:
+            log.info("platform %s: stopped (switched off in the configuration)", name)
+            return None
+        self.add(self.create(name, section, receiver), receiver)
+        failure = await self._start(name, section, receiver, inbound=receives(self.adapters[name]))
+        if failure is not None:
+            self.failed[name] = failure
+            self.adapters.pop(name)
+            self.configs.pop(name)
+        return failure
 
     def receiving(self, platform: str) -> Adapter | None:
         """The adapter that receives `platform`'s events in this process: the leader's while

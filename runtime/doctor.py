@@ -4,9 +4,11 @@
 of answering anyone: the configuration loads, each enabled platform accepts its credentials
 (one real call each: getMe, users/@me, auth.test) and its webhook settings can work, the store
 answers, the gateway (when configured) can bind its address and has usable tokens, each
-agent's model answers a one-token request. One line per check, `ok` or `FAIL`
-with what to change; a platform without credentials is `skip` (bot.yaml may list platforms
-not used on this host). Any FAIL makes the exit code 1.
+agent's model answers a one-token request, and a bot already running on this
+configuration's state runs what the file says (by the revision in its record in the store,
+runtime/presence.py: a file edited and not reloaded, or refused by a reload, is reported).
+One line per check, `ok` or `FAIL` with what to change; a platform without credentials is
+`skip` (bot.yaml may list platforms not used on this host). Any FAIL makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -14,14 +16,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, TextIO
 
 from botweave.adapter import Check
 from botweave.config import ConfigError
 from botweave.gateway.checks import diagnose as diagnose_gateway
 from botweave.model_clients import ClientChoice, ModelClients
-from botweave.runtime.config import BUILTIN_CONFIG, Config, default_store_url, find_config, load_config
+from botweave.runtime.config import (
+    BUILTIN_CONFIG,
+    Config,
+    default_store_url,
+    find_config,
+    load_config,
+    store_settings,
+)
 from botweave.runtime.platforms import installed_platforms
+from botweave.runtime.presence import Record, running, state_of
 from botweave.store import Store, open_store, redact_url
 
 #: Seconds any single check may take before it counts as failed.
@@ -109,6 +120,46 @@ async def _gateway(config: Config) -> list[Check]:
             await store.close()
 
 
+async def _running(config: Config | None, path: str | None) -> list[Check]:
+    """Whether the bots running on this configuration's state run what the file says: one
+    line per running process, none when no bot runs (or its state is out of reach, which
+    the store's line says)."""
+    found = find_config(path)
+    try:
+        settings = config.store if config is not None else store_settings(found)
+    except ConfigError:
+        return []
+    store = state_of(settings.url or "memory://", settings.prefix, found.resolve().parent if found else None)
+    if store is None:
+        return []
+    try:
+        await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
+        processes = await asyncio.wait_for(running(store), CHECK_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the store's own check says why
+        return []
+    finally:
+        await store.close()
+    return [_compare(process, config, found) for process in processes]
+
+
+def _compare(process: Record, config: Config | None, found: Path | None) -> Check:
+    name = f"running bot {process.who()}"
+    command = f"botweave reload {found}" if found is not None else "botweave reload"
+    if config is None:
+        return Check(
+            name, False, f"runs revision {process.revision}; the file on disk differs from what runs: it does not load (the config line)",
+            f"correct the file, then `{command}`",
+        )
+    if process.drift:
+        return Check(name, False, process.drift, f"correct the file if a reload refused it, then `{command}`")
+    if process.revision != config.revision:
+        return Check(
+            name, False, f"runs revision {process.revision}; the file on disk differs from what runs (it is revision {config.revision})",
+            f"`{command}` (or SIGHUP to the process) applies it",
+        )
+    return Check(name, True, f"runs revision {process.revision}, the file's")
+
+
 def _distinct_models(config: Config) -> Iterable[tuple[str, Any]]:
     """One agent per model and endpoint: two agents on one model need one request."""
     seen: set[tuple[str, str | None, str | None]] = set()
@@ -162,11 +213,15 @@ async def doctor(path: str | None, *, model: bool = True, out: TextIO) -> int:
     config, loaded = _load(path)
     report(loaded)
     if config is None:
+        for check in await _running(None, path):
+            report(check)
         return 1
     for check in await _platforms(config):
         report(check)
     report(await _store(config))
     for check in await _gateway(config):
+        report(check)
+    for check in await _running(config, path):
         report(check)
     if not model:
         report(Check("model", True, "not checked (--no-model)", skipped=True))

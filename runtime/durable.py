@@ -545,7 +545,9 @@ class InboundJournal:
 
 class PlatformLeader:
     """Holds one platform connection for the whole deployment: whoever holds the leader lock
-    receives; when it dies, a standby takes over once the lock expires."""
+    receives; when it dies, a standby takes over once the lock expires. A reload that changes
+    the platform's connection settings `renew`s the leader: the connection it holds is given
+    up and the lock taken again, by whichever process gets it first, on the new settings."""
 
     def __init__(
         self,
@@ -556,16 +558,24 @@ class PlatformLeader:
         patience: Patience | None = None,
     ) -> None:
         self.platform = platform
-        self._make_adapter = make_adapter
+        self._make_adapter: Callable[[], Any] | None = make_adapter
         self._redis = store.client
         self._key = store.key(f"leader:{platform}")
         self._ttl = ttl
         #: The receiving adapter while this process holds the connection (readiness reads it).
         self.adapter: Any = None
         self._patience = patience or Patience()
+        self._renewed = asyncio.Event()
+
+    def renew(self, make_adapter: Callable[[], Any] | None) -> None:
+        """Connect with `make_adapter` from now on, or not at all (None: the platform was
+        switched off, and `run` returns)."""
+        self._make_adapter = make_adapter
+        self._renewed.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
+        while not stop.is_set() and self._make_adapter is not None:
+            self._renewed.clear()
             lease = Lease(self._redis, self._key, self._ttl, self._patience)
             asked = self._patience.clock()
             try:
@@ -581,11 +591,14 @@ class PlatformLeader:
                 await adapter.start(inbound=True)
                 self.adapter = adapter
                 log.info("%s: this process now holds the platform connection (%s)", self.platform, adapter.mode or "receiving")
-                stopped = spawn(stop.wait(), name=f"{self.platform} leader: wait for stop")
-                lost = spawn(lease.lost.wait(), name=f"{self.platform} leader: wait for a lost lease")
-                await asyncio.wait({stopped, lost}, return_when=asyncio.FIRST_COMPLETED)
-                stopped.cancel()
-                lost.cancel()
+                waits = {
+                    spawn(stop.wait(), name=f"{self.platform} leader: wait for stop"),
+                    spawn(lease.lost.wait(), name=f"{self.platform} leader: wait for a lost lease"),
+                    spawn(self._renewed.wait(), name=f"{self.platform} leader: wait for new settings"),
+                }
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for wait in waits:
+                    wait.cancel()
             except Exception:
                 log.exception("%s: the platform connection failed; retrying", self.platform)
                 await _pause(stop, 1.0)

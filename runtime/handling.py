@@ -1,8 +1,8 @@
 """One inbound item, from its platform retry check to how it ended: a platform event goes to
 the hooks and turn control; a message takes its conversation's turn (unless its intake held
 that place on arrival, or it is a /stop, which acts on the turn holding it) and runs the
-pipeline. Every item is counted once, by how it ended, and is part of the queue depth while
-it waits or runs."""
+pipeline of the live generation (see runtime/generation.py), which it keeps to its end. Every
+item is counted once, by how it ended, and is part of the queue depth while it waits or runs."""
 
 from __future__ import annotations
 
@@ -15,15 +15,14 @@ from botweave.conversations import ConversationLocks, conversation_key
 from botweave.delivery import Delivery, ReplyChannel
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.metrics import INBOUND, QUEUE_DEPTH
-from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
+from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.approvals import ApprovalDesk
-from botweave.router import Router
 from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import dedup_key, outage_errors
+from botweave.runtime.generation import Live
 from botweave.runtime.intake import Inbox, Recorded
 from botweave.runtime.turn_control import TurnControl, received_at
 from botweave.runtime.turn_order import TurnOrder
-from botweave.runtime.turns import AgentTurn
 from botweave.store import Store
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
@@ -37,13 +36,11 @@ class Handling:
         store: Store,
         dedup_ttl: float,
         platforms: Platforms,
-        router: Router,
+        live: Live,
         hooks: HookRegistry,
         delivery: Delivery,
         locks: ConversationLocks,
         control: TurnControl,
-        turn: AgentTurn,
-        pipeline: Handler,
         buttons: ButtonBook,
         approvals: ApprovalDesk,
         order: TurnOrder,
@@ -51,13 +48,11 @@ class Handling:
         self._store = store
         self._dedup_ttl = dedup_ttl
         self._platforms = platforms
-        self._router = router
+        self._live = live
         self._hooks = hooks
         self._delivery = delivery
         self._locks = locks
         self._control = control
-        self._turn = turn
-        self._pipeline = pipeline
         self._buttons = buttons
         self._approvals = approvals
         self._order = order
@@ -114,14 +109,16 @@ class Handling:
             return TurnOutcome(TurnStatus.DROPPED_UNKNOWN_PLATFORM)
         config = self._platforms.configs[msg.platform]
         reply = ReplyChannel(self._delivery, adapter, msg, config)
-        if durable:
-            # A recorded item may be running again after a crash: a turn that committed is
-            # finished by delivering what it committed, never decided afresh.
-            resumed = await self._turn.resume(msg, reply)
-            if resumed is not None:
-                return resumed
+        generation = self._live.generation  # this item's, to its end
+        generation.enter()
         try:
-            return await self._pipeline(Inbound(msg, adapter, config, reply, self._router.resolve(msg)))
+            if durable:
+                # A recorded item may be running again after a crash: a turn that committed
+                # is finished by delivering what it committed, never decided afresh.
+                resumed = await generation.turn.resume(msg, reply)
+                if resumed is not None:
+                    return resumed
+            return await generation.pipeline(Inbound(msg, adapter, config, reply, generation.router.resolve(msg)))
         except outage_errors():
             raise  # not a failure of the turn: it runs again once the store is back
         except Exception as exc:
@@ -129,6 +126,8 @@ class Handling:
             log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
             await self._control.tell_failure(reply)
             return TurnOutcome(TurnStatus.FAILED, detail=f"{type(exc).__name__}: {exc}")
+        finally:
+            generation.leave()
 
     async def answer_press(self, event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
         event, known = await self._buttons.read(event)

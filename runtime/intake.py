@@ -236,13 +236,30 @@ class StreamIntake(Intake):
             # turn from stalling the lock and stream heartbeats.
             await asyncio.to_thread(litellm_module)
             background.spawn(self.stream.run(partial(_from_stream, inbox), life.stopping, life.drain), name="inbound stream")
-        if self._role in ("all", "ingress"):
-            for name, adapter in platforms.adapters.items():
-                if name in sections and not adapter.local:
-                    make = partial(platforms.create, name, sections[name], inbox)
-                    leader = PlatformLeader(name, make, self.stream.store, self._config.lock_ttl_seconds, self._patience)
-                    platforms.leaders.append(leader)
-                    background.spawn(leader.run(life.stopping), name=f"{name} leader")
+        for name, adapter in platforms.adapters.items():
+            if name in sections and not adapter.local:
+                self.lead(name, sections[name], inbox, background, platforms)
+
+    def lead(
+        self, name: str, section: PlatformConfig | None, inbox: Inbox, background: TaskOwner, platforms: Platforms
+    ) -> None:
+        """Hold (or stand by for) platform `name`'s receiving connection on `section`, in a
+        process that holds connections; a leader there already takes the new settings (a
+        reload), None stops it."""
+        if not self._receive or self._role not in ("all", "ingress"):
+            return
+        leader = next((leader for leader in platforms.leaders if leader.platform == name), None)
+        make = partial(platforms.create, name, section, inbox) if section is not None else None
+        if leader is not None:
+            leader.renew(make)
+            if make is None:
+                platforms.leaders.remove(leader)
+            return
+        if make is None:
+            return
+        leader = PlatformLeader(name, make, self.stream.store, self._config.lock_ttl_seconds, self._patience)
+        platforms.leaders.append(leader)
+        background.spawn(leader.run(self.turns.life.stopping), name=f"{name} leader")
 
 
 async def _from_stream(inbox: Inbox, item: BotMessage | PlatformEvent) -> TurnOutcome:

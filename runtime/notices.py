@@ -1,6 +1,7 @@
 """What the running bot tells people through push notifications on its own: an approval
 waiting for them, a long turn finished, a mention in a room, a stand-up or scheduled run
-that was missed or failed; and the digests it sends out every half minute."""
+that was missed or failed; and the digests it sends out every half minute. It outlives
+reloads: each notice goes out with the push settings of the live generation."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from botweave.delivery import Delivered
 from botweave.push import NotificationCategory, Notifier
 from botweave.push.notifier import mention_triggers
 from botweave.runtime.config import Config
+from botweave.runtime.generation import Live
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
@@ -21,9 +23,16 @@ DIGEST_FLUSH_SECONDS = 30.0
 
 
 class Notices:
-    def __init__(self, notifier: Notifier, config: Config) -> None:
-        self._notifier = notifier
-        self._config = config
+    def __init__(self, live: Live) -> None:
+        self._live = live
+
+    @property
+    def _notifier(self) -> Notifier:
+        return self._live.generation.notifier
+
+    @property
+    def _config(self) -> Config:
+        return self._live.generation.config
 
     async def approval_requested(self, platform: str, user_id: str, content: str, agent: str) -> None:
         await self._notifier.notify(
@@ -53,7 +62,8 @@ class Notices:
             )
 
     async def schedule_failed(self, name: str, detail: str) -> None:
-        owner = self._config.schedules[name].owner
+        schedule = self._config.schedules.get(name)
+        owner = schedule.owner if schedule is not None else None
         if owner:
             await self._notifier.notify(
                 NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Schedule {name}: {detail}", identity=f"schedule {name}"

@@ -18,7 +18,6 @@ from botweave.policies.rate_limit import RateLimit
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
 from botweave.runtime.steps import Commands, MessageHooks, Observe, Watch
-from botweave.runtime.turn_control import TurnControl
 from botweave.runtime.turns import AgentTurn
 
 
@@ -35,7 +34,8 @@ def build_pipeline(
     rate_limit: RateLimit,
     admission: AdmissionStep,
     media: MediaStep,
-    control: TurnControl,
+    stale: Step,
+    guard: Step,
     turn: AgentTurn,
     watch: Watch | None = None,
 ) -> Handler:
@@ -47,7 +47,7 @@ def build_pipeline(
         steps.append(watch)  # the gateway's watchers see what admitted people say
     steps += [
         group_gate,  # in groups: addressed to us? observe only?
-        control.stale_step,  # handed over long after it was sent (we were down): a notice instead
+        stale,  # handed over long after it was sent (we were down): a notice instead
         MessageHooks(hooks, router, delivery),  # message_received hooks may drop or rewrite
         Commands(commands),  # /new, /help, /pair, /notify, plugins' commands
     ]
@@ -57,7 +57,7 @@ def build_pipeline(
         observe,  # group_policy observe: record, never answer
         rate_limit,  # per-user message budget
         admission,  # concurrent turn limits
-        control.guard,  # /stop, edits, deletions and busy_mode cancel or re-run the turn
+        guard,  # /stop, edits, deletions and busy_mode cancel or re-run the turn
         media,  # the files of a message an agent answers: read within the media limits
     ]
     return compose(steps, turn)

@@ -1,6 +1,11 @@
 """The life of a bot process, the one the CLI's `botweave run` and `chat` use: start, answer
 until SIGINT/SIGTERM (or the console's input ends, or a platform dies), stop, and say how it
-went as an exit code."""
+went as an exit code.
+
+With `Watchdogs` (the bot's own process: `botweave run` and `web`), SIGHUP reloads the
+configuration (`App.reload`, every process of the bot when they share a store) without
+stopping anything, and the start-up deadline and the loop watchdog may end the process
+early, with exit codes of their own (runtime/watchdog.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +19,19 @@ from botweave.adapter import Adapter
 from botweave.config import ConfigError
 from botweave.model_calls import litellm_module
 from botweave.runtime.connections import Platforms
+from botweave.runtime.reload import Reloads
+from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, Watchdogs
 from botweave.store import StoreUnavailable
-from botweave.tasks import spawn
+from botweave.tasks import TaskOwner, spawn
 
 log = logging.getLogger(__name__)
 
 #: Exit codes: a clean stop; an enabled platform that never came up or died; a configuration
-#: that cannot run; a store that cannot be reached at start.
+#: that cannot run; a store that cannot be reached at start. The watchdogs add EXIT_STARTUP
+#: (4: not serving within `ops.startup_timeout_seconds`) and EXIT_STALLED (5: the event loop
+#: stalled for twice `ops.loop_stall_seconds`).
 EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
+__all__ = ["EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP", "EXIT_STALLED", "Served", "serve"]
 
 
 class Served(Protocol):
@@ -33,32 +43,77 @@ class Served(Protocol):
     @property
     def adapters(self) -> Mapping[str, Adapter]: ...
 
+    @property
+    def reloads(self) -> Reloads: ...
+
     async def start(self, platforms: Iterable[str] | None = None) -> None: ...
 
     async def stop(self) -> None: ...
 
     async def drain(self) -> None: ...
 
+    async def reload(self, *, everywhere: bool = False) -> Any: ...
 
 async def serve(
-    app: Served, platforms: Platforms, requested: Iterable[str] | None, on_started: Callable[[], None] | None = None
+    app: Served,
+    platforms: Platforms,
+    requested: Iterable[str] | None,
+    on_started: Callable[[], None] | None = None,
+    watchdogs: Watchdogs | None = None,
 ) -> int:
     """Start, answer until told to stop, stop; the exit code. `on_started` runs once
-    everything has started (a process botweave owns tunes itself then)."""
+    everything has started (a process botweave owns tunes itself then). `watchdogs` hand the
+    process to the bot: SIGHUP reloads it, and the watchdogs may end it; without them no
+    SIGHUP handler is installed (a program embedding the bot may have its own)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    reloads = _Reloads(app)
     handled: list[signal.Signals] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    wanted = [(signal.SIGINT, stop.set), (signal.SIGTERM, stop.set)]
+    hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+    if watchdogs is not None and hangup is not None:  # the bot's own process: SIGHUP reloads
+        wanted.append((hangup, reloads.asked))
+    for sig, action in wanted:
         try:
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, action)
             handled.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread, or no signals here: Ctrl-C raises KeyboardInterrupt instead
+    if watchdogs is not None:
+        watchdogs.arm()
     try:
-        return await _serve(app, platforms, requested, stop, on_started)
+        return await _serve(app, platforms, requested, stop, on_started, watchdogs, reloads)
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+        await reloads.close()
+        if watchdogs is not None:
+            watchdogs.close()
+
+
+class _Reloads:
+    """SIGHUP: a reload, once the bot serves (one asked for while it starts waits for that)."""
+
+    def __init__(self, app: Served) -> None:
+        self._app = app
+        self._tasks = TaskOwner("reload on SIGHUP")
+        self._serving = False
+        self._pending = False
+
+    def asked(self) -> None:
+        if self._serving:
+            self._tasks.spawn(self._app.reload(everywhere=True), name="reload")
+        elif not self._pending:
+            self._pending = True
+            log.info("SIGHUP while starting: the configuration is reloaded once the bot serves")
+
+    def serving(self) -> None:
+        self._serving = True
+        if self._pending:
+            self.asked()
+
+    async def close(self) -> None:
+        await self._tasks.close(5.0, grace=1.0)
 
 
 async def _serve(
@@ -67,12 +122,17 @@ async def _serve(
     requested: Iterable[str] | None,
     stop: asyncio.Event,
     on_started: Callable[[], None] | None,
+    watchdogs: Watchdogs | None,
+    reloads: _Reloads,
 ) -> int:
     # litellm takes seconds to import: done off the loop while the platforms connect, so
     # the first turn does not stall every other conversation for it.
     loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if app.role != "ingress" else None
     try:
         await app.start(requested)
+        if watchdogs is not None:  # serving now: a stall is the loop watch's from here on
+            watchdogs.serving(app.reloads.loop_watch, asyncio.get_running_loop())
+        reloads.serving()
     except StoreUnavailable as exc:
         log.error("%s", exc)
         await app.stop()
@@ -105,6 +165,7 @@ async def _serve(
     died = waiters[1] in done
     if not stop.is_set() and not died:
         await app.drain()  # end of input: answer what was asked, then leave
+    await reloads.close()  # a reload under way finishes (or is cut off) before the stop
     await app.stop()
     return EXIT_PLATFORM if platforms.failed or died else EXIT_OK
 

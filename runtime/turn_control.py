@@ -36,6 +36,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from botweave.agents import Agent, History
@@ -43,7 +44,7 @@ from botweave.config import BotConfig
 from botweave.conversations import conversation_key
 from botweave.delivery import ReplyChannel
 from botweave.events import ConversationEvents
-from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
+from botweave.pipeline import Handler, Inbound, Step, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
 from botweave.runtime.turns import run_events, turn_marker, user_entry
 from botweave.store import Store
@@ -171,7 +172,6 @@ class TurnControl:
     def __init__(
         self,
         store: Store,
-        agents: Mapping[str, Agent],
         history: History,
         config_for: Callable[[str], BotConfig],
         ttl: float,
@@ -182,7 +182,6 @@ class TurnControl:
         self._store = store
         self._events = events
         self._admitted = admitted
-        self._agents = agents
         self._history = history
         self._config_for = config_for
         self._ttl = ttl
@@ -297,11 +296,16 @@ class TurnControl:
         delivered = await inbound.reply.send_text(STALE_NOTICE.format(age=format_age(age)), purpose="stale")
         return TurnOutcome(TurnStatus.STALE, delivered)
 
-    async def guard(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
+    def guard(self, agents: Mapping[str, Agent]) -> Step:
+        """The pipeline step that guards the turns of `agents` (a generation's: the control
+        itself outlives reloads, since it holds the running turns' signals)."""
+        return partial(self._guard, agents)
+
+    async def _guard(self, agents: Mapping[str, Agent], inbound: Inbound, call_next: Handler) -> TurnOutcome:
         """The turn runs only while nobody cancelled it; an edit while it runs answers the
         new text instead; a reply that could not be delivered is told to its sender."""
         target = inbound.target
-        agent = self._agents.get(target.name) if target is not None and target.kind == "agent" else None
+        agent = agents.get(target.name) if target is not None and target.kind == "agent" else None
         if agent is None or inbound.observe_only:
             return await call_next(inbound)
         edit_seen = inbound.message.metadata.get(META_EDIT_AT)

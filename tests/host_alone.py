@@ -7,7 +7,8 @@ through a model call on the loopback OpenAI emulator, and stops it. It prints, a
 differs between before botweave and after: every function and class of litellm, openai,
 httpx, aiohttp and asyncio (by identity, each class's `__dict__` entry by entry), the
 event loop's attributes, the garbage collector's thresholds and freeze count, the thread
-switch interval, the event loop policy, the signal handlers.
+switch interval, the event loop policy, the signal handlers (the program's own SIGHUP handler
+is also looked at while botweave serves), faulthandler, the threads left running.
 
     python -m tests.host_alone [auto|litellm|direct] [--stream]
 """
@@ -15,11 +16,13 @@ switch interval, the event loop policy, the signal handlers.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import gc
 import json
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -60,7 +63,14 @@ def process_state() -> dict[str, Any]:
         "asyncio policy": id(asyncio.get_event_loop_policy()),
         "SIGINT": str(signal.getsignal(signal.SIGINT)),
         "SIGTERM": str(signal.getsignal(signal.SIGTERM)),
+        "SIGHUP": str(signal.getsignal(signal.SIGHUP)),
+        "faulthandler": faulthandler.is_enabled(),
+        "threads": sorted(thread.name for thread in threading.enumerate()),
     }
+
+
+def the_programs_hangup(signum: int, frame: Any) -> None:
+    """The program's own SIGHUP handler: botweave's reload on SIGHUP is for its own process."""
 
 
 def loop_state(loop: asyncio.AbstractEventLoop) -> dict[str, int]:
@@ -120,6 +130,7 @@ async def serve_botweave(client: str, stream: bool) -> dict[str, Any]:
             if await app.readiness() == {}:
                 break
             await asyncio.sleep(0.05)
+        hangup_kept = signal.getsignal(signal.SIGHUP) is the_programs_hangup  # while botweave serves
         await app.submit(message("hello"))
         for _ in range(600):
             if adapter.sent and (not stream or adapter.edits or adapter.sent[-1].text.strip() == llm.reply):
@@ -135,6 +146,7 @@ async def serve_botweave(client: str, stream: bool) -> dict[str, Any]:
         "answered": shown.strip() == llm.reply,
         "model requests": len(llm.requests),
         "loop": differences(loop_before, loop_state(loop)),
+        "SIGHUP kept while serving": hangup_kept,
     }
 
 
@@ -142,6 +154,7 @@ def main() -> None:
     client = sys.argv[1] if len(sys.argv) > 1 else "auto"
     stream = "--stream" in sys.argv
     asyncio.run(the_programs_own_calls(stream))
+    signal.signal(signal.SIGHUP, the_programs_hangup)
     before = {**definitions(), **process_state()}
     outcome = asyncio.run(serve_botweave(client, stream))
     after = {**definitions(), **process_state()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -113,6 +114,15 @@ def config(**bot: Any) -> dict[str, Any]:
         "bot": {"unknown_user_policy": "allow", **bot},
         "agents": {"assistant": {"model": "offline/echo"}},
     }
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is still running (a server the bot started, say)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 #: The shared `start_app` fixture (tests/conftest.py): start an App from a config.

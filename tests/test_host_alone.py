@@ -30,5 +30,5 @@ def test_serving_botweave_leaves_the_programs_libraries_and_interpreter_as_they_
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["exit code"] == 0 and outcome["answered"] and outcome["model requests"] == 1
     assert outcome["compared"] > 10_000  # litellm, openai, httpx, aiohttp and asyncio were all looked at
-    assert outcome["loop"] == []
+    assert outcome["loop"] == [] and outcome["SIGHUP kept while serving"] is True
     assert [change for change in outcome["changed"] if PYDANTIC_OWN not in change] == []

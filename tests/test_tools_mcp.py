@@ -5,7 +5,6 @@ start, offers their tools as SERVER__TOOL, calls them in the tool loop, and stop
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from botweave import App, ConfigError
 
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.mcp_server import free_port, serve_http
-from tests.support import RecordingAdapter, StartApp, message
+from tests.support import RecordingAdapter, StartApp, alive, message
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
@@ -35,14 +34,6 @@ def config(llm: OpenAIEmulator, servers: dict[str, Any], **extra: Any) -> dict[s
         "platforms": {"console": {"enabled": False}},
         **extra,
     }
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_stdio_and_http_servers_run_with_the_bot_and_their_tools_are_called(llm, start_app: StartApp, tmp_path):

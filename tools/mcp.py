@@ -139,6 +139,11 @@ class McpServer:
     def connected(self) -> bool:
         return self._client is not None
 
+    @property
+    def started(self) -> bool:
+        """Started and not stopped, whether or not the connection is up right now."""
+        return self._task is not None
+
     async def start(self) -> None:
         """Connect and list the tools, waiting for the first try only: on failure the bot goes
         on without the server's tools, and the supervisor keeps trying."""
@@ -338,9 +343,24 @@ class McpServers:
     def __init__(self, servers: Mapping[str, McpServerConfig]) -> None:
         self.servers = {name: McpServer(name, config) for name, config in servers.items()}
 
+    def take_over(self, previous: McpServers) -> list[str]:
+        """Keep the servers `previous` runs with the same settings running for these agents
+        (a reload that left them alone) rather than start them again; `previous` no longer
+        stops them. The names taken over."""
+        taken = []
+        for name, server in list(previous.servers.items()):
+            mine = self.servers.get(name)
+            if mine is not None and not mine.started and server.started and mine.config == server.config:
+                self.servers[name] = server
+                del previous.servers[name]
+                taken.append(name)
+        return taken
+
     async def start(self) -> None:
-        if self.servers:
-            await asyncio.gather(*(server.start() for server in self.servers.values()))
+        """Start every server not running yet (one that failed to start is tried again)."""
+        waiting = [server for server in self.servers.values() if not server.started]
+        if waiting:
+            await asyncio.gather(*(server.start() for server in waiting))
 
     async def stop(self) -> None:
         if self.servers:

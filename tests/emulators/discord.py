@@ -299,6 +299,8 @@ class DiscordEmulator:
     requests: list[Request] = field(default_factory=list)
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)
     identify: dict[str, Any] | None = None
+    #: Every IDENTIFY a client sent, in order (a RESUME is not one): a new session each.
+    identifies: list[dict[str, Any]] = field(default_factory=list)
     webhooks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: A repeated nonce within this many seconds returns the earlier message (Discord: minutes).
     nonce_window_seconds: float = 300.0
@@ -1451,6 +1453,7 @@ class DiscordEmulator:
 
     async def _on_identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
         self.identify = data
+        self.identifies.append(data)
         if data.get("token") != self.token:
             await ws.close(code=4004, message=b"Authentication failed.")
             return

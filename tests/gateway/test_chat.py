@@ -287,7 +287,7 @@ async def test_presence_and_health(app: App) -> None:
             assert {c["client"]["name"] for c in listed} == {"botweave-python", "dashboard"}
         went = await ann.next_event(where=lambda e: e.event == "presence" and e.data["left"])
         assert went.data["left"] == [eve_id]
-        assert await ann.call("health") == {"status": "ok", "failing": {}}
+        assert await ann.call("health") == {"status": "ok", "failing": {}, "config": {"revision": app.revision}}
 
 
 async def test_readiness_names_a_gateway_that_is_not_listening(app: App) -> None:

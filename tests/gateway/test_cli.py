@@ -1,7 +1,8 @@
 """The gateway from the command line, the way an operator meets it: `botweave run
 --gateway-listen` spoken to by a raw WebSocket client, `botweave gateway token add|list|revoke`
 against the running bot, a gateway open to other machines without a token refused with exit
-code 2, `/readyz` and `/metrics` naming the gateway, and `botweave doctor`'s lines."""
+code 2, `/readyz` and `/metrics` naming the gateway, `botweave doctor`'s lines, and SIGHUP giving a running bot
+bot.yaml's new tokens."""
 
 from __future__ import annotations
 
@@ -170,3 +171,38 @@ def test_check_shows_the_gateway_with_its_tokens_masked(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "gateway:\n  listen: 127.0.0.1:8787" in shown.stdout and "token: '***'" in shown.stdout
     assert secret not in shown.stdout + shown.stderr
+
+
+async def test_sighup_gives_botweave_run_the_files_new_tokens_and_nothing_else_differs(tmp_path: Path, running) -> None:
+    """The reload reads the file the way `run` did (its --gateway-listen and --ops-listen), so
+    what the file adds is applied and nothing is reported as waiting for a restart."""
+    port, ops = free_port(), free_port()
+    root, zed = "root-token-0123456789abcdef", "zed-token-0123456789abcdef"
+    tokens = [{"name": "root", "token": root, "scopes": ["admin"]}]
+    config = write(tmp_path / "bot.yaml", gateway={"tokens": tokens})
+    proc = running(config, "--gateway-listen", f"127.0.0.1:{port}", "--ops-listen", f"127.0.0.1:{ops}")
+    await listening(port, proc)
+    url = f"ws://127.0.0.1:{port}/ws"
+    async with Raw(url) as ws:
+        assert (await ws.connect(zed))["error"]["code"] == "unauthorized"
+    async with Raw(url) as ws:
+        await ws.connect(root)
+        before = (await ws.request(1, "health"))["result"]["config"]
+        assert set(before) == {"revision"}
+
+    write(config, gateway={"tokens": [*tokens, {"name": "zed", "token": zed, "scopes": ["read"]}]})
+    proc.send_signal(signal.SIGHUP)
+    async with asyncio.timeout(30):
+        while True:
+            async with Raw(url) as ws:
+                if (await ws.connect(zed))["ok"]:
+                    health = (await ws.request(1, "health"))["result"]
+                    break
+            await asyncio.sleep(0.2)
+    assert health["config"]["revision"] != before["revision"] and "differs" not in health["config"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{ops}/readyz") as response:
+            assert "config" not in await response.json()
+    assert proc.poll() is None
+    log = (tmp_path / "run-0.log").read_text()
+    assert f"config reloaded: revision {before['revision']} -> {health['config']['revision']}; applied: gateway.tokens" in log
