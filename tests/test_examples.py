@@ -1,0 +1,190 @@
+"""Every folder under examples/ runs as its README says, against the platform emulators (and
+the OpenAI emulator where the example needs a model that calls tools), so an example that
+drifts from the code fails here.
+
+Each test loads the example's own bot.yaml with botweave's loader, with the environment its
+README names (tokens, a model) and the folder set up the way `botweave run` sets it up when
+started there (the folder is the working directory and first on the import path). The
+only thing changed in the loaded configuration is where the platform's and the model's
+servers are: the emulators on 127.0.0.1 instead of the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from botweave import App, Config, load_config
+from pydantic import SecretStr
+
+from tests.emulators.openai import OpenAIEmulator, tool_call
+from tests.emulators.slack import APP_TOKEN as SLACK_APP_TOKEN
+from tests.emulators.slack import BOT_TOKEN as SLACK_BOT_TOKEN
+from tests.emulators.slack import IdentitySlackEmulator
+from tests.emulators.telegram import TelegramEmulator, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+EMULATED_MODEL = "openai/gpt-emulated"
+
+LoadExample = Callable[..., Config]
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> LoadExample:
+    """`load_example(folder, VAR=value, ...)`: the example's bot.yaml as `botweave run` reads
+    it from inside the folder, with exactly the environment given (plus PATH, so that
+    `python` is this interpreter for MCP servers the example starts)."""
+
+    def load(folder: str, **env: str) -> Config:
+        where = EXAMPLES / folder
+        monkeypatch.chdir(where)
+        monkeypatch.syspath_prepend(str(where))
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        monkeypatch.setenv("PATH", path)
+        return load_config(where / "bot.yaml", env={"PATH": path, **env})
+
+    return load
+
+
+def on_emulated_model(config: Config, llm: OpenAIEmulator) -> Config:
+    """Every agent's model calls go to the OpenAI emulator instead of api.openai.com."""
+    for agent in config.agents.values():
+        assert agent.model == EMULATED_MODEL, "the example reads its model from BOTWEAVE_MODEL"
+        agent.api_base = llm.base_url
+        agent.api_key = SecretStr("sk-emulated")
+    return config
+
+
+def examples_with_readme() -> list[Path]:
+    return sorted(p for p in EXAMPLES.iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("folder", examples_with_readme(), ids=lambda p: p.name)
+def test_every_example_has_a_bot_yaml_and_a_five_line_readme(folder: Path) -> None:
+    assert (folder / "bot.yaml").is_file()
+    lines = [line for line in (folder / "README.md").read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(lines) == 5, f"{folder.name}/README.md has {len(lines)} lines"
+    assert lines[0].startswith("# ")
+    assert "offline" in (folder / "bot.yaml").read_text(encoding="utf-8"), "runs offline unless a key is set"
+
+
+@pytest.mark.parametrize("folder", examples_with_readme(), ids=lambda p: p.name)
+def test_every_example_loads_offline_with_no_environment(folder: Path, load_example: LoadExample) -> None:
+    config = load_example(folder.name)
+    assert {agent.model for agent in config.agents.values()} == {"offline/echo"}
+
+
+# --- 1: a Telegram assistant with a Python tool and web search through MCP -------------------
+
+
+@pytest.fixture
+async def searxng() -> AsyncIterator[list[str]]:
+    """A search engine answering SearXNG's JSON API on 127.0.0.1; yields [base URL, *queries]."""
+    seen: list[str] = []
+
+    async def search(request: web.Request) -> web.Response:
+        assert request.query["format"] == "json"
+        seen.append(request.query["q"])
+        hit = {"title": "Lisbon: sunny, 20 °C", "url": "https://weather.example/lisbon", "content": "Clear sky."}
+        return web.json_response({"query": request.query["q"], "results": [hit]})
+
+    app = web.Application()
+    app.router.add_get("/search", search)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    seen.insert(0, f"http://127.0.0.1:{port}")
+    yield seen
+    await runner.cleanup()
+
+
+async def test_telegram_assistant_answers_with_its_python_tool_and_a_web_search(
+    load_example, telegram_emulator, llm, searxng, start_app
+):
+    emu = telegram_emulator
+    ann = TelegramEmulator.user(7, "Ann", "ann")
+    config = load_example(
+        "1-telegram-assistant", TELEGRAM_BOT_TOKEN=emu.token, BOTWEAVE_MODEL=EMULATED_MODEL, SEARXNG_URL=searxng[0]
+    )
+    config.platforms.telegram.api_base_url = emu.api_base_url
+    config.platforms.telegram.poll_timeout = 2
+    config.platforms.telegram.allowed_users = [str(ann["id"])]
+    on_emulated_model(config, llm)
+    llm.queue_tool_calls(
+        tool_call("convert_temperature", {"value": 20, "to": "F"}, id="convert"),
+        tool_call("search__web_search", {"query": "Lisbon weather"}, id="search"),
+    )
+    llm.queue_text("Lisbon is sunny: 20 °C, which is 68 °F (https://weather.example/lisbon).")
+    await start_app(config)
+
+    chat = emu.private_chat(ann)
+    emu.push_message(chat, ann, "What's the weather in Lisbon, in Fahrenheit?")
+    await wait_until(lambda: emu.sent_texts(chat["id"]), timeout=30, what="the assistant's answer")
+
+    answer = emu.sent_texts(chat["id"])[-1]
+    assert answer.startswith("Lisbon is sunny: 20 °C, which is 68 °F")
+    assert "tools: convert_temperature, search__web_search" in answer  # the footer bot.yaml turns on
+    assert llm.tool_output("convert") == {"value": 68.0, "unit": "F"}
+    assert "weather.example/lisbon" in json.dumps(llm.tool_output("search"))
+    assert searxng[1:] == ["Lisbon weather"]
+    assert {"convert_temperature", "search__web_search"} <= set(llm.tools_offered(0))
+
+
+# --- 2: a Slack stand-up room ----------------------------------------------------------------
+
+STANDUP, OWNER, OWNER_DM = "C0STANDUP", "U0OWNER", "D0OWNER"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[IdentitySlackEmulator]:
+    emu = IdentitySlackEmulator()
+    await emu.start()
+    emu.add_user(OWNER, "Olga")
+    emu.add_channel(STANDUP, "channel", name="standup")
+    emu.add_channel(OWNER_DM, "im")
+    yield emu
+    await emu.stop()
+
+
+def slack_env(**more: str) -> dict[str, str]:
+    return {"SLACK_BOT_TOKEN": SLACK_BOT_TOKEN, "SLACK_APP_TOKEN": SLACK_APP_TOKEN, **more}
+
+
+async def test_slack_standup_posts_each_agent_under_its_identity_and_dms_the_owner_a_digest(
+    load_example, slack, llm, start_app
+):
+    env = slack_env(BOTWEAVE_MODEL=EMULATED_MODEL, STANDUP_CHANNEL=STANDUP, OWNER_DM=OWNER_DM, OWNER_USER_ID=OWNER)
+    config = on_emulated_model(load_example("2-slack-standup", **env), llm)
+    config.platforms.slack.api_base_url = slack.api_base_url
+    assert config.rooms["standup"].schedule == "0 9 * * 1-5" and config.rooms["standup"].target == f"slack:{STANDUP}"
+    llm.queue_text("1. Ship the login page 2. Fix the flaky test 3. Plan the demo")
+    llm.queue_text("Done: the API. Today: the login page. Blocked: nothing.")
+    digest = "Digest: login page ships today; API done; no blockers."
+    llm.queue_tool_calls(tool_call("send_message", {"target": f"slack:{OWNER_DM}", "text": digest}, id="digest"))
+    llm.queue_text("The digest is in the owner's DMs.")
+    app = await start_app(config)
+    assert [row.next_run is not None for row in app.rooms.scheduler.describe()] == [True]
+
+    await app.rooms.scheduler.run_now("standup", f"slack:{STANDUP}")  # what `botweave room run standup` does
+    await app.rooms.scheduler.idle()
+
+    posts = slack.identity_posts(STANDUP)
+    assert [(p["username"], p["icons"]) for p in posts] == [
+        ("Pia (planner)", {"emoji": ":spiral_calendar_pad:"}),
+        ("Bo (builder)", {"emoji": ":hammer_and_wrench:"}),
+        ("Sam (scribe)", {"emoji": ":memo:"}),
+    ]
+    assert posts[0]["text"].startswith("1. Ship the login page") and posts[2]["text"] == "The digest is in the owner's DMs."
+    assert "Stand-up: what did you finish" in llm.last_user_text(0)  # the kickoff starts it
+    assert [m["text"] for m in slack.messages[OWNER_DM]] == [digest]
+    assert "Done: the API" in llm.last_user_text(2), "the scribe read what the others said"
