@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,10 @@ from aiohttp import web
 from botweave import App, Config, load_config
 from pydantic import SecretStr
 
+from tests.adapters.test_discord import eventually
+from tests.emulators.discord import ALICE_ID, BOT_ID, CHANNEL_ID, DiscordEmulator
+from tests.emulators.discord import BOB_DM_CHANNEL_ID as BOB_DM
+from tests.emulators.discord import DM_CHANNEL_ID as ALICE_DM
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.emulators.slack import APP_TOKEN as SLACK_APP_TOKEN
 from tests.emulators.slack import BOT_TOKEN as SLACK_BOT_TOKEN
@@ -188,3 +193,69 @@ async def test_slack_standup_posts_each_agent_under_its_identity_and_dms_the_own
     assert "Stand-up: what did you finish" in llm.last_user_text(0)  # the kickoff starts it
     assert [m["text"] for m in slack.messages[OWNER_DM]] == [digest]
     assert "Done: the API" in llm.last_user_text(2), "the scribe read what the others said"
+
+
+# --- 3: a Discord community bot --------------------------------------------------------------
+
+
+@pytest.fixture
+async def discord() -> AsyncIterator[DiscordEmulator]:
+    emu = await DiscordEmulator().start()
+    yield emu
+    await emu.stop()
+
+
+def contents(emu: DiscordEmulator, channel: str) -> list[str]:
+    return [m["content"] for m in emu.bot_messages(channel)]
+
+
+async def test_discord_community_gates_pairs_rate_limits_and_pushes_reports_to_the_moderator(
+    load_example, discord, start_app
+):
+    emu = discord
+    config = load_example(
+        "3-discord-community", DISCORD_BOT_TOKEN=emu.token, MODERATOR_ID=ALICE_ID, COMMUNITY_CHANNEL=CHANNEL_ID
+    )
+    config.platforms.discord.api_base_url = emu.api_base
+    config.platforms.discord.gateway_url = emu.gateway_url
+    await start_app(config)
+    await emu.wait_ready()
+
+    # A stranger's DM gets a pairing code; the moderator approves it in their own DM.
+    await emu.dispatch("MESSAGE_CREATE", emu.message("hi, can I ask something?", channel_id=BOB_DM, author=emu.bob))
+    await eventually(lambda: contents(emu, BOB_DM), timeout=20)
+    prompt = contents(emu, BOB_DM)[0]
+    code = re.search(r"pairing code is ([A-Z0-9]{8})", prompt)
+    assert code is not None, prompt
+    await emu.dispatch("MESSAGE_CREATE", emu.message(f"/pair approve {code[1]}", channel_id=ALICE_DM))
+    await eventually(lambda: any("approved" in t.lower() for t in contents(emu, ALICE_DM)), timeout=20)
+    assert contents(emu, ALICE_DM)[0] == f"Pairing request on discord from Bob (id 7002). Approve with /pair approve {code[1]} here."
+    await eventually(lambda: len(contents(emu, BOB_DM)) >= 2, timeout=20)
+    assert "approved" in contents(emu, BOB_DM)[1]
+    await emu.dispatch("MESSAGE_CREATE", emu.message("how do I install it?", channel_id=BOB_DM, author=emu.bob))
+    await eventually(lambda: len(contents(emu, BOB_DM)) >= 3, timeout=20)
+    assert "heard: how do I install it?" in contents(emu, BOB_DM)[-1]
+
+    # In the community channel it answers only when @-mentioned.
+    await emu.dispatch("MESSAGE_CREATE", emu.message("anyone around?", author=emu.bob))
+    mention = f"<@{BOT_ID}> where are the docs?"
+    await emu.dispatch("MESSAGE_CREATE", emu.message(mention, author=emu.bob, mentions=[emu.bot]))
+    await eventually(lambda: contents(emu, CHANNEL_ID), timeout=20)
+    assert len(contents(emu, CHANNEL_ID)) == 1 and "where are the docs?" in contents(emu, CHANNEL_ID)[0]
+
+    # Three answers a minute per person (the DM above was one of them): then one notice, then silence.
+    for n in range(3):
+        await emu.dispatch("MESSAGE_CREATE", emu.message(f"<@{BOT_ID}> question {n}", author=emu.bob, mentions=[emu.bot]))
+    await eventually(lambda: len(contents(emu, CHANNEL_ID)) >= 3, timeout=20)
+    await asyncio.sleep(0.5)  # a fourth answer, if the limit were not kept, would have arrived by now
+    answered = contents(emu, CHANNEL_ID)
+    assert len(answered) == 3 and answered[1].endswith("heard: [Bob] question 0"), answered
+    assert answered[2] == "You're sending messages faster than I can answer; please wait a moment."
+
+    # /report reaches the moderator by DM, naming who reported and where.
+    before = len(contents(emu, ALICE_DM))
+    await emu.dispatch("MESSAGE_CREATE", emu.message("/report spam links in general", author=emu.bob))
+    await eventually(lambda: len(contents(emu, ALICE_DM)) > before, timeout=20)
+    pushed = contents(emu, ALICE_DM)[-1]
+    assert "Report from Bob" in pushed and f"<#{CHANNEL_ID}>" in pushed and "spam links in general" in pushed
+    await eventually(lambda: any("moderator has been told" in t for t in contents(emu, CHANNEL_ID)), timeout=20)
