@@ -259,3 +259,36 @@ async def test_discord_community_gates_pairs_rate_limits_and_pushes_reports_to_t
     pushed = contents(emu, ALICE_DM)[-1]
     assert "Report from Bob" in pushed and f"<#{CHANNEL_ID}>" in pushed and "spam links in general" in pushed
     await eventually(lambda: any("moderator has been told" in t for t in contents(emu, CHANNEL_ID)), timeout=20)
+
+
+# --- 4: a tool that needs the owner's approval -----------------------------------------------
+
+
+async def test_approval_example_asks_the_owner_in_a_dm_and_refunds_only_after_approve(
+    load_example, telegram_emulator, start_app
+):
+    emu = telegram_emulator
+    customer, owner = TelegramEmulator.user(7, "Ann", "ann"), TelegramEmulator.user(8, "Olga", "olga")
+    config = load_example("4-approval", TELEGRAM_BOT_TOKEN=emu.token, OWNER_ID=str(owner["id"]))
+    config.platforms.telegram.api_base_url = emu.api_base_url
+    config.platforms.telegram.poll_timeout = 2
+    config.platforms.console.enabled = False  # the test has no terminal to type in
+    app = await start_app(config)
+    assert sorted(app.adapters) == ["telegram"]  # Discord and Slack have no token: skipped
+    refunds = sys.modules["refunds"]
+    refunds.ORDERS["A-1001"]["refunded"] = 0.0
+
+    chat, owner_chat = emu.private_chat(customer), emu.private_chat(owner)
+    emu.push_message(chat, customer, 'call refund {"order_id": "A-1001", "amount": 25}')
+    await wait_until(lambda: any(m.get("reply_markup") for m in emu.sent(owner_chat["id"])), timeout=20, what="the request")
+    request = next(m for m in emu.sent(owner_chat["id"]) if m.get("reply_markup"))
+    assert "refund" in request["text"] and '"order_id": "A-1001"' in request["text"]
+    assert [b["text"] for b in emu.buttons(owner_chat["id"], request["message_id"])] == ["Approve", "Deny"]
+    assert not any(m.get("reply_markup") for m in emu.sent(chat["id"])), "the customer cannot approve"
+    assert refunds.ORDERS["A-1001"]["refunded"] == 0.0  # nothing ran before the press
+
+    emu.press((owner_chat["id"], request["message_id"]), owner, "Approve")
+    await wait_until(lambda: any("refund returned" in t for t in emu.sent_texts(chat["id"])), timeout=20, what="the answer")
+    assert any("refunded 25.00 on A-1001" in t for t in emu.sent_texts(chat["id"]))
+    assert refunds.ORDERS["A-1001"]["refunded"] == 25.0
+    assert "Approved by the owner" in emu.current(owner_chat["id"], request["message_id"])["text"]
