@@ -26,6 +26,7 @@ from botweave import App, Config, load_config
 from pydantic import SecretStr
 
 from tests.adapters.test_discord import eventually
+from tests.conftest import free_port
 from tests.emulators.discord import ALICE_ID, BOT_ID, CHANNEL_ID, DiscordEmulator
 from tests.emulators.discord import BOB_DM_CHANNEL_ID as BOB_DM
 from tests.emulators.discord import DM_CHANNEL_ID as ALICE_DM
@@ -292,3 +293,50 @@ async def test_approval_example_asks_the_owner_in_a_dm_and_refunds_only_after_ap
     assert any("refunded 25.00 on A-1001" in t for t in emu.sent_texts(chat["id"]))
     assert refunds.ORDERS["A-1001"]["refunded"] == 25.0
     assert "Approved by the owner" in emu.current(owner_chat["id"], request["message_id"])["text"]
+
+
+# --- 5: a bot inside someone's own program ---------------------------------------------------
+
+
+async def read_until(stream: asyncio.StreamReader, fragment: str, seen: list[str], timeout: float = 30) -> None:
+    async def scan() -> None:
+        while not any(fragment in line for line in seen):
+            line = await stream.readline()
+            if not line:
+                raise AssertionError(f"the program's output ended before {fragment!r}: {seen}")
+            seen.append(line.decode().rstrip("\n"))
+
+    await asyncio.wait_for(scan(), timeout)
+
+
+async def test_embedded_example_serves_its_web_app_and_the_bot_in_one_process(tmp_path):
+    import aiohttp
+
+    port = free_port()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "SHOP_PORT": str(port)}
+    program = await asyncio.create_subprocess_exec(
+        sys.executable, "shop.py", cwd=EXAMPLES / "5-embedded", env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert program.stdin is not None and program.stdout is not None and program.stderr is not None
+    seen: list[str] = []
+    try:
+        program.stdin.write(b"/order 2 coffee\n")
+        await program.stdin.drain()
+        await read_until(program.stdout, "Order #1", seen)
+        assert seen[-1] == "Order #1: 2 × coffee. It will be ready in 5 minutes."
+        await read_until(program.stdout, "— Corner Coffee", seen)  # the message_sending hook signed it
+
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/orders") as response:
+                assert await response.json() == [{"who": "you", "quantity": 2, "item": "coffee", "chat": "console:console"}]
+            async with http.post(f"http://127.0.0.1:{port}/announce", data="Closing at 6") as response:
+                assert await response.json() == {"sent": 1}
+        await read_until(program.stdout, "📣 Closing at 6", seen)
+
+        program.stdin.close()  # the console's input ends: the bot stops, then the program
+        assert await asyncio.wait_for(program.wait(), 30) == 0, (await program.stderr.read()).decode()
+    finally:
+        if program.returncode is None:
+            program.kill()
+            await program.wait()
