@@ -15,14 +15,17 @@ import asyncio
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
+import aiohttp
 import pytest
+import yaml
 from aiohttp import web
-from botweave import App, Config, load_config
+from botweave import Config, load_config
 from pydantic import SecretStr
 
 from tests.adapters.test_discord import eventually
@@ -310,8 +313,6 @@ async def read_until(stream: asyncio.StreamReader, fragment: str, seen: list[str
 
 
 async def test_embedded_example_serves_its_web_app_and_the_bot_in_one_process(tmp_path):
-    import aiohttp
-
     port = free_port()
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "SHOP_PORT": str(port)}
     program = await asyncio.create_subprocess_exec(
@@ -340,3 +341,76 @@ async def test_embedded_example_serves_its_web_app_and_the_bot_in_one_process(tm
         if program.returncode is None:
             program.kill()
             await program.wait()
+
+
+# --- 7: scale-out: an ingress, two workers and Redis -----------------------------------------
+
+
+def test_scale_out_compose_file_runs_an_ingress_two_workers_and_redis_on_the_example_bot_yaml():
+    folder = EXAMPLES / "7-scale-out"
+    compose = yaml.safe_load((folder / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert set(services) == {"redis", "ingress", "worker"}
+    assert services["worker"]["deploy"]["replicas"] == 2
+    for role in ("ingress", "worker"):
+        service = services[role]
+        command = service["command"]
+        assert command[:2] == ["run", "/config/bot.yaml"] and command[command.index("--role") + 1] == role
+        assert "./bot.yaml:/config/bot.yaml:ro" in service["volumes"]
+        assert service["environment"]["BOTWEAVE_STORE_URL"] == "redis://redis:6379/0"
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert (folder / service["build"] / "Dockerfile").is_file()
+    assert "healthcheck" in services["redis"]
+
+
+async def test_scale_out_ingress_and_two_workers_answer_every_chat_through_redis(telegram_emulator, redis_url, tmp_path):
+    emu = telegram_emulator
+    store = redis_url.rsplit("/", 1)[0] + "/3"  # a database of its own on the session's redis-server
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "XDG_STATE_HOME": str(tmp_path), "BOTWEAVE_STORE_URL": store,
+        "TELEGRAM_BOT_TOKEN": emu.token, "TELEGRAM_API_BASE_URL": emu.api_base_url,
+    }
+    roles = ["ingress", "worker", "worker"]
+    ports = [free_port() for _ in roles]
+    logs = [tmp_path / f"{role}-{n}.log" for n, role in enumerate(roles)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "botweave", "run", "bot.yaml", "--role", role, "--ops-listen", f"127.0.0.1:{port}"],
+            cwd=EXAMPLES / "7-scale-out", env=env, stdin=subprocess.DEVNULL, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )
+        for role, port, log in zip(roles, ports, logs)
+    ]
+
+    def logged() -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs)
+
+    async def ready(port: int) -> bool:
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                return response.status == 200
+        except aiohttp.ClientError:
+            return False
+
+    try:
+        for port in ports:
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await ready(port):
+                assert asyncio.get_running_loop().time() < deadline, f"a process never got ready\n{logged()}"
+                await asyncio.sleep(0.2)
+        people = [TelegramEmulator.user(100 + n, f"User{n}") for n in range(12)]
+        for person in people:
+            emu.push_message(emu.private_chat(person), person, f"hello from {person['first_name']}")
+        try:
+            await wait_until(lambda: all(emu.sent_texts(p["id"]) for p in people), timeout=60, what="every answer")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{logged()}") from None
+        for person in people:
+            assert emu.sent_texts(person["id"]) == [f"assistant (offline echo) heard: hello from {person['first_name']}"]
+        turns = [log.read_text(errors="replace").count("outcome=replied") for log in logs]
+        assert turns[0] == 0 and sum(turns) == len(people), f"the ingress answers nothing: {turns}"
+    finally:
+        for proc in processes:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=30) for proc in processes]
+    assert codes == [0, 0, 0], logged()
