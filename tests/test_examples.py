@@ -414,3 +414,27 @@ async def test_scale_out_ingress_and_two_workers_answer_every_chat_through_redis
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(timeout=30) for proc in processes]
     assert codes == [0, 0, 0], logged()
+
+
+# --- 6: the web UI and a script on the gateway's Python client -------------------------------
+
+
+async def test_web_ui_example_serves_the_page_and_answers_the_client_script(load_example, start_app, tmp_path):
+    config = load_example("6-web-ui", GATEWAY_LISTEN="127.0.0.1:0")
+    assert config.gateway.listen == "127.0.0.1:0"
+    app = await start_app(config)
+    assert app.gateway is not None and sorted(app.adapters) == ["web"]
+    ws_url = app.gateway.url
+    page_url = ws_url.replace("ws://", "http://").removesuffix("/ws") + "/"
+    async with aiohttp.ClientSession() as http, http.get(page_url) as response:
+        assert response.status == 200 and "text/html" in response.headers["Content-Type"]
+        assert "<html" in (await response.text()).lower()
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    script = await asyncio.create_subprocess_exec(
+        sys.executable, "ask.py", "What can you do?", "--url", ws_url, cwd=EXAMPLES / "6-web-ui", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(script.communicate(), 60)
+    assert script.returncode == 0, err.decode()
+    assert out.decode().strip() == "assistant (offline echo) heard: What can you do?"
