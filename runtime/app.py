@@ -43,6 +43,14 @@ log = logging.getLogger(__name__)
 
 
 class App:
+    """A running bot: its platforms, agents, rooms and store, and what plugins extend it with.
+
+    Build it from a configuration (`App.from_config("bot.yaml")`), register commands, hooks
+    and tools on it, then `run()` it (blocking, with signal handling) or `await serve()` it
+    inside your own event loop next to whatever else your program runs. The same object is
+    what `botweave run` serves and what a plugin's `setup(app)` receives.
+    """
+
     def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
         parts = build(config, store=store, role=role)
         self.config, self.role, self.patience, self.store = config, role, parts.patience, parts.store
@@ -70,6 +78,9 @@ class App:
     def from_config(
         cls, source: str | os.PathLike[str] | Mapping[str, Any] | Config, *, store: Store | None = None, role: Role = "all"
     ) -> App:
+        """An App for a bot.yaml path, a mapping of the same shape, or a loaded `Config`; the
+        plugins it lists (and those installed under the `botweave.plugins` entry point) are
+        set up here. `store` replaces the one the configuration names (tests, embedding)."""
         config = source if isinstance(source, Config) else load_config(source)
         return cls(config, store=store, role=role)
 
