@@ -103,3 +103,22 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
     assert [page for page in pages if f": {page}" not in nav] == []
+
+
+def test_the_readme_bot_with_a_tool_runs_as_printed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    readme = (ROOT / "README.md").read_text()
+    tools = re.search(r"```python\n(# mytools\.py.*?)```", readme, re.DOTALL)
+    bot = readme.split("<!-- bot-example -->")[1].split("<!-- /bot-example -->")[0]
+    assert tools is not None
+    (tmp_path / "mytools.py").write_text(tools.group(1))
+    (tmp_path / "bot.py").write_text(bot.split("```python")[1].split("```")[0])
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    ran = subprocess.run(
+        [sys.executable, "bot.py"], input='call weather {"city": "Lisbon"}\n', capture_output=True, text=True,
+        cwd=tmp_path, env=env, timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert 'assistant (offline echo): weather returned {"city": "Lisbon", "temperature": 21, "unit": "C"}' in ran.stdout
