@@ -231,9 +231,10 @@ async def test_discord_community_gates_pairs_rate_limits_and_pushes_reports_to_t
     prompt = contents(emu, BOB_DM)[0]
     code = re.search(r"pairing code is ([A-Z0-9]{8})", prompt)
     assert code is not None, prompt
+    await eventually(lambda: contents(emu, ALICE_DM), timeout=20)  # the moderator is asked
+    assert contents(emu, ALICE_DM) == [f"Pairing request on discord from Bob (id 7002). Approve with /pair approve {code[1]} here."]
     await emu.dispatch("MESSAGE_CREATE", emu.message(f"/pair approve {code[1]}", channel_id=ALICE_DM))
     await eventually(lambda: any("approved" in t.lower() for t in contents(emu, ALICE_DM)), timeout=20)
-    assert contents(emu, ALICE_DM)[0] == f"Pairing request on discord from Bob (id 7002). Approve with /pair approve {code[1]} here."
     await eventually(lambda: len(contents(emu, BOB_DM)) >= 2, timeout=20)
     assert "approved" in contents(emu, BOB_DM)[1]
     await emu.dispatch("MESSAGE_CREATE", emu.message("how do I install it?", channel_id=BOB_DM, author=emu.bob))
@@ -407,13 +408,13 @@ async def test_scale_out_ingress_and_two_workers_answer_every_chat_through_redis
             raise AssertionError(f"{exc}\n{logged()}") from None
         for person in people:
             assert emu.sent_texts(person["id"]) == [f"assistant (offline echo) heard: hello from {person['first_name']}"]
-        turns = [log.read_text(errors="replace").count("outcome=replied") for log in logs]
-        assert turns[0] == 0 and sum(turns) == len(people), f"the ingress answers nothing: {turns}"
     finally:
         for proc in processes:
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(timeout=30) for proc in processes]
     assert codes == [0, 0, 0], logged()
+    turns = [log.read_text(errors="replace").count("outcome=replied") for log in logs]  # complete once they stopped
+    assert turns[0] == 0 and sum(turns) == len(people), f"the workers answer every chat, the ingress none: {turns}"
 
 
 # --- 6: the web UI and a script on the gateway's Python client -------------------------------
