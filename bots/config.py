@@ -58,9 +58,14 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 class Section(BaseModel):
-    """A bot.yaml section: unknown keys are errors, so a typo is caught, not ignored."""
+    """A bot.yaml section: unknown keys are errors, so a typo is caught, not ignored.
 
-    model_config = ConfigDict(extra="forbid")
+    Each field is described by the docstring written under it (pydantic's attribute
+    docstrings): that text is the field's description, which the configuration reference in
+    the documentation is generated from, so a field without one fails the docs tests.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 #: The error type of `problem`: its message is already the whole explanation.
@@ -97,12 +102,18 @@ class BotLoopPolicy(BaseModel):
     feature; `botweave.policies` hands it on next to the guard that reads it.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, use_attribute_docstrings=True)
 
     enabled: bool = True
+    """Whether messages written by other bots are counted and cut off when two bots keep
+    answering each other."""
     max_events_per_window: int = 20
+    """Messages one pair of bots may exchange within `window_seconds` before the cooldown
+    starts."""
     window_seconds: float = 60.0
+    """The sliding window the budget is counted over, in seconds."""
     cooldown_seconds: float = 60.0
+    """How long a pair of bots that spent its budget is ignored, in seconds."""
 
     @model_validator(mode="before")
     @classmethod
@@ -155,7 +166,10 @@ def _fall_back(name: str | None, value: Any, expected: str) -> Any:
 
 class UserRateLimit(Section):
     messages: Annotated[int, Field(ge=1)]
+    """Messages one person may send within `per_seconds`; the next one gets a single notice,
+    later ones silence."""
     per_seconds: Annotated[float, Field(gt=0)]
+    """The window the messages are counted over, in seconds."""
 
 
 class TypingConfig(Section):
@@ -168,34 +182,59 @@ class TypingConfig(Section):
     """
 
     mode: Literal["auto", "instant", "never"] = "auto"
+    """`auto`: show the indicator only for a turn still running after `delay_ms`; `instant`: as
+    soon as a turn starts; `never`."""
     delay_ms: Annotated[int, Field(ge=0)] = 1000
+    """With `mode: auto`, how long a turn runs before the indicator shows, in milliseconds."""
 
 
 class BotConfig(Section):
     """Behaviour shared by all platforms; each platform may override any field."""
 
-    unknown_user_policy: Optional[Literal["deny", "pair", "allow"]] = None  # None: per platform
+    unknown_user_policy: Optional[Literal["deny", "pair", "allow"]] = None
+    """What happens to a person on no allowlist: `deny` drops their messages silently, `allow`
+    admits anyone, `pair` gives them a code the owner approves. Unset: `allow` on the console
+    and the web, `pair` elsewhere."""
     allowed_users: list[str] = Field(default_factory=list)
+    """Platform user ids always admitted."""
     allowed_chats: list[str] = Field(default_factory=list)
+    """Chat or channel ids whose members are all admitted."""
     owner_user_id: Optional[str] = Field(default=None, repr=False)
+    """The bot's owner on this platform: approves pairing codes and, with `approver: owner`,
+    tool calls. Masked in dumps."""
     group_policy: Literal["respond_all", "mention_only", "command_only", "observe"] = "mention_only"
+    """When the bot answers in group chats: every message (`respond_all`), only when @-mentioned
+    or replied to (`mention_only`), only commands (`command_only`), or never, keeping the
+    messages as context (`observe`)."""
     streaming: bool = False
+    """Stream each reply by editing one message in place as the model writes it."""
     stream_edit_interval_ms: Annotated[int, Field(ge=0)] = 700
+    """The shortest time between two edits of a streamed reply, in milliseconds; raised to the
+    platform's own floor."""
     typing: TypingConfig = Field(default_factory=TypingConfig)
+    """When the typing indicator shows while a turn runs."""
     footer: bool = False
+    """Append `— <model> · <seconds>s · tools: …` to each final reply (tool names only, never
+    their arguments)."""
     allow_silence: bool = False
+    """Let the agent decline to answer by replying with the silence token."""
     silence_token: Optional[str] = None
+    """The reply that means "say nothing" when `allow_silence` is on; unset: `NO_REPLY`."""
     allow_bots: bool = False
+    """Accept messages written by other bots (guarded by `bot_loop_protection`)."""
     bot_loop_protection: BotLoopPolicy = Field(default_factory=BotLoopPolicy)
+    """The budget two bots get for talking to each other before a cooldown; shared by every
+    worker through the store."""
     user_rate_limit: Optional[UserRateLimit] = None
-    #: What a message arriving while its conversation's turn runs does: wait its turn
-    #: (`queue`), cancel the running turn (`interrupt`), or join the next turn (`collect`).
+    """A per-person limit on messages answered (`{messages, per_seconds}`); unset: no limit."""
     busy_mode: Literal["queue", "interrupt", "collect"] = "queue"
-    #: How long after its reply an edited message is answered again (0: only while it runs).
+    """What a message arriving while its conversation's turn runs does: wait its turn (`queue`),
+    cancel the running turn (`interrupt`), or join the next turn (`collect`)."""
     rerun_window_seconds: Annotated[float, Field(ge=0)] = 120.0
-    #: A message this much older than its receipt (the bot was down) gets a notice instead of
-    #: a late answer; 0 answers whatever its age.
+    """How long after its reply an edited message is answered again (0: only while it runs)."""
     stale_after_seconds: Annotated[float, Field(ge=0)] = 600.0
+    """A message this much older than its receipt (the bot was down) gets a notice instead of a late
+    answer; 0 answers whatever its age."""
 
     @field_validator("allowed_users", "allowed_chats", mode="before")
     @classmethod
@@ -217,7 +256,7 @@ class BotConfig(Section):
 # Platform sections accept every BotConfig field as an optional override.
 _BotOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "_BotOverrides",
-    __config__=ConfigDict(extra="forbid"),
+    __config__=ConfigDict(extra="forbid", use_attribute_docstrings=True),
     __validators__={
         "_ids": field_validator("allowed_users", "allowed_chats", mode="before")(
             BotConfig._ids_as_strings.__func__  # type: ignore[attr-defined]
@@ -227,7 +266,7 @@ _BotOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
         ),
     },
     **{
-        name: (Optional[info.annotation], Field(default=None, repr=info.repr))
+        name: (Optional[info.annotation], Field(default=None, repr=info.repr, description=info.description))
         for name, info in BotConfig.model_fields.items()
     },
 )
@@ -235,8 +274,12 @@ _BotOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
 
 class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
     enabled: bool = True
+    """Whether the platform starts when its credentials are set."""
     api_base_url: Optional[str] = None
+    """Where the platform's API is reached, for a self-hosted server or a proxy; unset: the
+    platform's own."""
     home_chat: Optional[str] = None
+    """The chat the bare target `<platform>` posts to (schedules, rooms, `send_message`)."""
 
     #: Credential fields that must be non-empty for the platform to start.
     required_credentials: ClassVar[tuple[str, ...]] = ()
@@ -274,22 +317,34 @@ class AgentConfig(Section):
     to those features; the runtime composes the whole `agents.NAME` section from them."""
 
     model: str
+    """The model, as litellm names it (`openai/gpt-4o-mini`, `anthropic/claude-sonnet-4-5`,
+    `ollama/llama3`), or `offline/echo`, a stand-in that echoes what it was given."""
     instructions: str = "You are a helpful assistant."
+    """The system prompt: who the agent is and how it answers."""
     temperature: Optional[Annotated[float, Field(ge=0, le=2)]] = None
+    """Sampling temperature from 0 to 2; unset: the provider's default."""
     max_tokens: Optional[Annotated[int, Field(ge=1)]] = None
+    """The longest answer the model may write, in tokens; unset: the provider's default."""
     max_history: Annotated[int, Field(ge=0)] = 50
+    """Earlier turns of the conversation sent with each request."""
     api_base: Optional[str] = None
+    """An OpenAI-compatible server to send this agent's requests to (vLLM, LM Studio, a proxy)."""
     api_key: Optional[SecretStr] = None
+    """The key for `api_base` or the provider; unset: the provider's usual environment variable."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
-    #: Rounds of tool calls in one turn before the model must answer in words.
+    """How long one model request may take before the turn fails."""
     max_tool_rounds: Annotated[int, Field(ge=1)] = 8
+    """Rounds of tool calls in one turn before the model must answer in words."""
     # How the agent appears when it posts as itself in a room.
     display_name: Optional[str] = None
+    """The name the agent posts under in rooms (Slack and Discord show it as the author)."""
     avatar_url: Optional[str] = None
+    """The picture the agent posts with in rooms, where the platform allows one."""
     icon_emoji: Optional[str] = None
-    #: Whether images reach the model as pictures: `auto` asks litellm whether the model has
-    #: vision; without it the agent reads a marker such as `[image image/png 12 KB]`.
+    """The emoji the agent posts with on Slack, e.g. `:memo:`."""
     vision: Union[bool, Literal["auto"]] = "auto"
+    """Whether images reach the model as pictures: `auto` asks litellm whether the model has vision;
+    without it the agent reads a marker such as `[image image/png 12 KB]`."""
 
     @field_validator("vision", mode="before")
     @classmethod
@@ -304,10 +359,15 @@ class AgentConfig(Section):
 
 class RouteMatch(Section):
     platform: Optional[str] = None
+    """Matches messages from this platform."""
     chat_id: Optional[str] = None
+    """Matches messages in this chat or channel."""
     thread_id: Optional[str] = None
+    """Matches messages in this thread or forum topic."""
     user_id: Optional[str] = None
+    """Matches messages from this person."""
     chat_type: Optional[Literal["dm", "group", "channel", "thread"]] = None
+    """Matches direct messages, groups, channels or threads."""
 
     @field_validator("chat_id", "thread_id", "user_id", mode="before")
     @classmethod
@@ -317,8 +377,12 @@ class RouteMatch(Section):
 
 class RouteConfig(Section):
     match: RouteMatch = Field(default_factory=RouteMatch)
+    """What a message must have for this route to apply; the most specific matching route wins
+    (thread > chat > user > chat type > platform), ties to the first listed."""
     agent: Optional[str] = None
+    """The agent that answers the messages this route matches."""
     room: Optional[str] = None
+    """The room that answers the messages this route matches (instead of one agent)."""
 
     @model_validator(mode="after")
     def _one_target(self) -> RouteConfig:
@@ -332,19 +396,22 @@ STORE_SCHEMES = ("sqlite://", "memory://", "redis://", "rediss://", "unix://")
 
 
 class StoreConfig(Section):
-    # None: the default for how botweave runs. `botweave run` / `chat` use a SQLite file per
-    # configuration in the user state dir; an App built in code uses memory://.
     url: Optional[str] = Field(default=None, repr=False)  # may carry a Redis password
+    """Where state is kept: `sqlite:///path`, `memory://` or `redis://…`; unset: a SQLite file
+    per configuration in the user state dir (`botweave run`), memory for an App built in code."""
     dedup_ttl_seconds: Annotated[int, Field(ge=1)] = 24 * 3600
+    """How long a platform delivery is remembered, so a redelivered one is not answered twice."""
     prefix: str = "botweave:default:"
-    # How long an operation inside a turn waits for a store that stopped answering (a
-    # failover, a slow fork, a busy file) before the turn fails.
+    """Prefix of every key in the store, so several bots can share one Redis."""
     outage_grace_seconds: Annotated[float, Field(ge=0)] = 60.0
-    # Redis only: how long an unacknowledged inbound item waits before another worker takes
-    # it over, and the time-to-live of conversation and leader locks (renewed every third of
-    # it while held).
+    """How long an operation inside a turn waits for a store that stopped answering (a
+    failover, a slow fork, a busy file) before the turn fails."""
     stream_lease_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Redis only: how long an unacknowledged inbound item waits before another worker takes
+    it over."""
     lock_ttl_seconds: Annotated[float, Field(gt=0)] = 10.0
+    """Redis only: the time-to-live of conversation and leader locks (renewed every third of it
+    while held)."""
 
     @field_validator("url")
     @classmethod

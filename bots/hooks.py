@@ -62,6 +62,10 @@ class _Hook:
 
 
 class HookRegistry:
+    """Functions called at points of a message's life (`message_received`, `message_sending`,
+    `message_sent`, reactions, edits, presses); `app.hooks` is the bot's. Hooks run in
+    priority order, lower first; one that raises is logged and the others still run."""
+
     def __init__(self) -> None:
         self._hooks: dict[str, list[_Hook]] = {}
         self._order = count()

@@ -43,6 +43,8 @@ def revision_suffix(msg: BotMessage) -> str:
 
 
 class MessageType(str, Enum):
+    """What kind of message arrived; text, or the kind of file it mainly carries."""
+
     TEXT = "text"
     IMAGE = "image"
     AUDIO = "audio"
@@ -60,6 +62,8 @@ class MessageType(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class BotUser:
+    """A person (or bot) on a platform, the same shape whichever platform they are on."""
+
     user_id: str
     username: str = ""
     display_name: str = ""
@@ -90,6 +94,8 @@ class BotUser:
 
 @dataclass(frozen=True, slots=True)
 class BotChannel:
+    """Where a message was written: a direct message, a group, a channel or a thread."""
+
     channel_id: str
     channel_type: ChannelType = "dm"
     title: str = ""
@@ -148,6 +154,9 @@ def _utcnow() -> datetime:
 
 @dataclass(slots=True)
 class BotMessage:
+    """A message as every part of botweave sees it, whichever platform it came from: hooks,
+    commands, tools (`ToolContext.origin`) and routes all read this one shape."""
+
     message_id: str
     content: str | dict[str, Any]
     sender: BotUser
@@ -390,6 +399,9 @@ LengthUnit = Literal["chars", "utf16"]
 
 @dataclass(frozen=True, slots=True)
 class PlatformCapabilities:
+    """What a platform can do (message length, edits, threads, reactions, buttons), so the
+    shared delivery code adapts to each one instead of asking which platform it is."""
+
     max_message_length: int | None = None  # None: no limit
     length_unit: LengthUnit = "chars"
     #: The longest caption a file may carry (Telegram: 1024); None: as long as a message.

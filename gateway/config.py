@@ -42,9 +42,14 @@ class TokenConfig(Section):
     identity it speaks for (`user: telegram:123`: approvals and pairing as that person)."""
 
     name: str
+    """Who the token stands for, as logs and `botweave gateway token list` show it."""
     token: SecretStr = Field(repr=False)
+    """The secret itself, at least 16 characters; write `${VAR}`, never the token."""
     scopes: list[str] = Field(default_factory=lambda: ["read"])
+    """What its holder may do: `read` (always), `write`, `approvals`, `pairing`, `admin`."""
     user: Optional[str] = None
+    """The platform identity the token speaks for (`telegram:123`): its holder answers that
+    person's approvals and, as a platform's owner, its pairing requests."""
 
     @field_validator("name")
     @classmethod
@@ -89,20 +94,25 @@ class GatewayConfig(Section):
     set here or with `--gateway-listen`."""
 
     listen: Optional[str] = None
+    """`HOST:PORT` of the WebSocket protocol (`/ws`), uploads, files and the browser UI; unset:
+    off (or `--gateway-listen`)."""
     tokens: list[TokenConfig] = Field(default_factory=list)
-    #: Origins (`https://ops.example.com`) whose pages may use the gateway besides its own.
+    """Tokens clients sign in with; off loopback at least one (here or made with `botweave
+    gateway token add`) is required."""
     allowed_origins: list[str] = Field(default_factory=list)
-    #: Events held for one client that does not read them before it is closed as too slow.
+    """Origins (`https://ops.example.com`) whose pages may use the gateway besides its own."""
     max_buffered: Annotated[int, Field(ge=10, le=1_000_000)] = 1000
-    #: Events kept per conversation, for clients that come back (`resume`).
+    """Events held for one client that does not read them before it is closed as too slow."""
     event_log_size: Annotated[int, Field(ge=10, le=1_000_000)] = 2000
-    #: Messages kept per conversation, for `chat.history` and `resync`.
+    """Events kept per conversation, for clients that come back (`resume`)."""
     history_messages: Annotated[int, Field(ge=10, le=100_000)] = 500
+    """Messages kept per conversation, for `chat.history` and `resync`."""
     heartbeat_seconds: Annotated[float, Field(ge=1, le=3600)] = 30.0
-    #: The longest a share may be valid for.
+    """How often the server pings each client, to notice a dead connection."""
     max_share_seconds: Annotated[float, Field(gt=0)] = 7 * 24 * 3600.0
-    #: Reverse proxies whose X-Forwarded-For / Forwarded name the client (failed-auth budget).
+    """The longest a share may be valid for."""
     trusted_proxies: TrustedProxies = ()
+    """Reverse proxies whose X-Forwarded-For / Forwarded name the client (failed-auth budget)."""
 
     @field_validator("listen")
     @classmethod
@@ -139,8 +149,8 @@ class WebConfig(PlatformConfig):
     (people watch them grow in the browser)."""
 
     default_unknown_user_policy: ClassVar[Literal["deny", "pair", "allow"]] = "allow"
-    #: The name the bot's messages are shown under.
     bot_name: str = "botweave"
+    """The name the bot's messages are shown under."""
 
     def bot_config(self, defaults: BotConfig) -> BotConfig:
         merged = super().bot_config(defaults)

@@ -182,11 +182,20 @@ class PreferenceConfig(Section):
     """
 
     categories: Categories = frozenset()
+    """What the person is told about: `approval_requested`, `agent_finished`, `agent_question`,
+    `human_mentioned`, `scheduled_task_failed`, `background_task_failed`, or `all`."""
     quiet_hours: QuietHours = None
+    """A daily window with no notifications, `"22:00-07:30"` (quoted) or `{start, end}`, or
+    `off`."""
     timezone: ZoneName = "UTC"
+    """The time zone quiet hours are read in."""
     detail: Detail = DEFAULT_PREFERENCE.detail_level
+    """How much a notification shows: `private` ("You have new activity"), `identified` (who it
+    is from), `detailed` (the content itself)."""
     urgent_overrides_quiet: StrictBool = True
+    """Urgent notifications (approval requests) are sent during quiet hours too."""
     digest: StrictBool = False
+    """Notifications held back by quiet hours are sent as one digest when the quiet hours end."""
 
     @model_validator(mode="before")
     @classmethod
@@ -230,8 +239,12 @@ class RecipientConfig(PreferenceConfig):
     preference keys that differ from `push.defaults`."""
 
     name: Optional[Handle] = None
+    """The @-handle agents use for this person in rooms (`@alice`)."""
     aliases: Annotated[tuple[Handle, ...], BeforeValidator(_one_or_many)] = ()
+    """Other handles that mean this person."""
     webhook: Optional[str] = None
+    """Deliver this person's notifications to this entry of `push.webhooks` instead of a direct
+    message."""
 
     def recipient(self, key: str) -> Recipient:
         """The Recipient this block describes, for its `<platform>:<user_id>` key."""
@@ -245,10 +258,15 @@ class WebhookSettings(Section):
     of reprs, logs and dumps."""
 
     url: str
+    """The HTTP(S) endpoint notifications are posted to as JSON."""
     secret: Optional[SecretStr] = None
+    """Signs each post (HMAC-SHA256 in a header) so the receiver can check it came from the bot."""
     retries: Annotated[int, Field(ge=0)] = 3
+    """Further attempts after a failed post."""
     backoff: Annotated[float, Field(ge=0)] = 0.5
+    """Seconds before the first retry, doubled for each next one."""
     timeout: Annotated[float, Field(gt=0)] = 10.0
+    """Seconds one post may take."""
 
     @model_validator(mode="before")
     @classmethod
@@ -292,12 +310,17 @@ class PushConfig(Section):
     `preferences` and `directory` are what it means, resolved once at validation."""
 
     defaults: PreferenceConfig = Field(default_factory=PreferenceConfig)
+    """The preferences of every recipient, under each person's own keys."""
     webhooks: Annotated[dict[str, WebhookSettings], BeforeValidator(_none_is_empty)] = Field(default_factory=dict)
+    """Named webhook endpoints recipients may be reached through (a URL, or a mapping with a
+    secret and retries)."""
     recipients: Annotated[dict[RecipientKey, RecipientConfig], BeforeValidator(_none_is_empty)] = Field(
         default_factory=dict
     )
-    #: A turn running longer than this notifies the person who asked (`agent_finished`).
+    """People who get notifications, by `<platform>:<user_id>`, with their handle and their own
+    preferences."""
     agent_finished_after_seconds: Annotated[float, BeforeValidator(_seconds), Field(gt=0)] = 60.0
+    """A turn running longer than this notifies the person who asked (`agent_finished`)."""
 
     _default_preference: NotificationPreference = PrivateAttr(default=DEFAULT_PREFERENCE)
     _preferences: dict[str, NotificationPreference] = PrivateAttr(default_factory=dict)

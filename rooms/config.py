@@ -102,18 +102,28 @@ class RoomConfig(Section):
 
     name: str = Field(exclude=True)
     roster: tuple[AgentName, ...] = Field(validation_alias=AliasChoices("roster", "agents"))
+    """The agents in the room, in the order they answer (also accepted as `agents:`)."""
     planner: str = "round_robin"
+    """Who speaks next: `round_robin`, every agent in roster order, then those @-mentioned."""
     max_rounds: Annotated[StrictInt, Field(ge=1)] = 3
+    """Rounds of answers one human message (or kickoff) may set off."""
     max_messages: Annotated[StrictInt, Field(ge=1)] = 20
+    """Agent messages one human message (or kickoff) may set off, across all rounds."""
     instructions: Optional[StrictStr] = None
+    """Instructions every agent in the room gets besides its own."""
     schedule: Optional[StrictStr] = None
+    """A crontab line (`0 9 * * 1-5`) that kicks a stand-up off in `target`."""
     timezone: StrictStr = "UTC"
+    """The time zone `schedule` is read in, e.g. `Europe/Berlin`."""
     kickoff: Text = None
-    #: The conversation a scheduled kickoff is posted in: `<platform>:<chat>[:<thread>]`.
+    """The message a scheduled stand-up starts with (required with `schedule`)."""
     target: Annotated[Text, AfterValidator(_address("discord:123456789012345678"))] = None
+    """The conversation a scheduled kickoff is posted in: `<platform>:<chat>[:<thread>]`."""
     misfire_grace_seconds: Annotated[float, Field(strict=True), AfterValidator(_positive_seconds)] = 300.0
-    #: `<platform>:<user_id>` told when a stand-up fails or is missed.
+    """How late a scheduled kickoff may still run after downtime; older occurrences are recorded
+    as missed and the owner is told."""
     owner: Annotated[Text, AfterValidator(_address("telegram:123456"))] = None
+    """`<platform>:<user_id>` told when a stand-up fails or is missed."""
 
     @model_validator(mode="before")
     @classmethod

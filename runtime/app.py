@@ -1,14 +1,8 @@
-"""The App: a bot, from the platforms it connects to the agents that answer.
-
-It is made by `runtime/builder.py`, which creates and wires every collaborator; the App holds
-them and is the table of contents of a bot's life. Adapters hand items to `submit`, which
-returns once the item is recorded (platforms want a fast ack, and must not be acknowledged
-for an item that could still be lost): how it is recorded is the intake's
-(`runtime/intake.py`: the store's journal, the shared stream, or nothing before start), and
-how it is answered is `handle`'s (`runtime/handling.py`). `run` (and `serve`, its async form)
-is the whole life of a bot process (`runtime/process.py`). `reload` applies the configuration
-file again in place (`runtime/reload.py`): `config`, `agents`, ... are the live generation's.
-"""
+"""The App: a bot, from the platforms it connects to the agents that answer; made and wired by
+`runtime/builder.py`, and read here as the table of contents of a bot's life. `submit` returns
+once an item is recorded (`runtime/intake.py`: journal, shared stream, or nothing before start),
+`handle` answers it (`runtime/handling.py`), `run`/`serve` are a process's life
+(`runtime/process.py`), `reload` applies the file again in place (`runtime/reload.py`)."""
 
 from __future__ import annotations
 
@@ -40,15 +34,17 @@ from botweave.store import Store
 from botweave.tasks import TaskOwner
 from botweave.types import BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
-__all__ = [
-    "App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP",
-    "EXIT_STALLED",
-]
+__all__ = ["App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE",
+           "EXIT_STARTUP", "EXIT_STALLED"]
 
 log = logging.getLogger(__name__)
 
 
 class App(LiveParts):
+    """A running bot. Build it with `App.from_config("bot.yaml")`, register commands, hooks and
+    tools on it, then `run()` it (blocking, with signal handling) or `await serve()` it in your
+    own event loop; the same object is what `botweave run` serves and a plugin's `setup(app)` gets."""
+
     def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
         parts = build(config, store=store, role=role)
         self.role, self.patience, self.store = role, parts.patience, parts.store
@@ -72,6 +68,9 @@ class App(LiveParts):
     def from_config(
         cls, source: str | os.PathLike[str] | Mapping[str, Any] | Config, *, store: Store | None = None, role: Role = "all"
     ) -> App:
+        """An App for a bot.yaml path, a mapping of the same shape, or a loaded `Config`; the
+        plugins it lists (and those installed under the `botweave.plugins` entry point) are
+        set up here. `store` replaces the one the configuration names (tests, embedding)."""
         config = source if isinstance(source, Config) else load_config(source)
         return cls(config, store=store, role=role)
 

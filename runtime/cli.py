@@ -534,6 +534,20 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _import_next_to_config(path: str | None) -> None:
+    """Modules that sit next to bot.yaml (its Python tools, its plugins) import the way a
+    module next to a script does for `python script.py`: the configuration's folder goes
+    first on this process's import path. Only the CLI does this; a program embedding the App
+    keeps its own path."""
+    from botweave.runtime.config import find_config
+
+    found = find_config(path)
+    if found is not None:
+        folder = str(found.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     watchdogs = None
@@ -542,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
 
         watchdogs = Watchdogs().arm()
     _setup_logging(args.verbose, args.log_format, args.command)
+    if args.command != "init":
+        _import_next_to_config(getattr(args, "config", None))
     from botweave.config import ConfigError
     from botweave.store import StoreUnavailable
 

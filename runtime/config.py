@@ -65,7 +65,10 @@ log = logging.getLogger(__name__)
 PlatformsConfig = create_model(
     "PlatformsConfig",
     __base__=Section,
-    **{name: (Optional[spec.config], None) for name, spec in installed_platforms().items()},  # type: ignore[call-overload]
+    **{  # type: ignore[call-overload]
+        name: (Optional[spec.config], Field(None, description=f"The {name} platform's settings; absent: {name} is off."))
+        for name, spec in installed_platforms().items()
+    },
 )
 
 
@@ -84,8 +87,14 @@ class OpsConfig(Section):
     0 turns a watchdog off."""
 
     listen: Optional[str] = None
+    """`HOST:PORT` serving `/metrics`, `/healthz` and `/readyz` (`0.0.0.0:9464` in a container);
+    unset: off."""
     startup_timeout_seconds: Annotated[float, Field(ge=0)] = 60.0
+    """Seconds a `botweave run` may take to start serving before it writes its stacks and
+    exits (code 4); 0: off."""
     loop_stall_seconds: Annotated[float, Field(ge=0)] = 30.0
+    """Seconds the event loop may run no callback before `/healthz` answers 503 and the stacks
+    are written (the process exits at twice this, code 5); 0: off."""
 
     @field_validator("listen")
     @classmethod
@@ -105,7 +114,12 @@ class ModelsConfig(Section):
     not seen there. 0: in the bot's own process. See docs/performance.md."""
 
     client: ClientChoice = "auto"
+    """Who makes model calls: `auto` (botweave's own client for `openai/` models, litellm for
+    the rest), `litellm` for all, or `direct` (botweave's client for all; every agent an
+    `openai/` model)."""
     processes: Annotated[int, Field(ge=0, le=32)] = 0
+    """Helper processes that prepare requests and read answers on other cores; 0: in the bot's
+    own process."""
 
 
 class AgentSection(AgentMedia, AgentNetwork, AgentTools, AgentConfig):
@@ -115,23 +129,43 @@ class AgentSection(AgentMedia, AgentNetwork, AgentTools, AgentConfig):
 
 
 class Config(Section):
+    """The whole bot.yaml, every section validated into its typed model; `load_config`
+    builds one from a file or a mapping, `${VAR}` substituted from the environment."""
+
     bot: BotConfig = Field(default_factory=BotConfig)
+    """Behaviour shared by every platform; each platform section may override any of it."""
     agents: dict[str, AgentSection] = Field(default_factory=dict)
+    """The agents, by name: the model each uses, its instructions and its tools. The first
+    answers every message no route claims."""
     platforms: PlatformsConfig = Field(default_factory=PlatformsConfig)  # type: ignore[valid-type]
+    """The chat platforms to connect, each with its credentials and overrides of `bot:`."""
     routes: list[RouteConfig] = Field(default_factory=list)
+    """Which agent or room answers which messages."""
     store: StoreConfig = Field(default_factory=StoreConfig)
+    """Where history, pairing, dedup keys and the inbound journal are kept."""
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    """How many agent turns may run at once, and what happens to the rest."""
     rooms: Rooms = Field(default_factory=dict)
+    """Rooms of several agents, by name: who answers, how many rounds, and an optional stand-up
+    schedule."""
     push: PushConfig = Field(default_factory=PushConfig)
+    """Notifications to people: who gets which, when, and how."""
     media: MediaConfig = Field(default_factory=MediaConfig)
+    """What the bot reads of the files people send, and where it may post files from."""
     schedules: dict[str, ScheduleConfig] = Field(default_factory=dict)
+    """Agents that answer a prompt on a cron schedule and post the answer, by name."""
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    """The hosts tools (`fetch_url`, MCP servers over HTTP) may reach."""
     ops: OpsConfig = Field(default_factory=OpsConfig)
+    """The operator's endpoints: metrics and health checks."""
     models: ModelsConfig = Field(default_factory=ModelsConfig)
+    """How model calls are made."""
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
-    #: Python modules whose `setup(app)` runs at start (`module` or `module:function`), after
-    #: those installed under the `botweave.plugins` entry point.
+    """The WebSocket gateway: the browser UI, the `web` platform and clients of the protocol in
+    any language."""
     plugins: list[str] = Field(default_factory=list)
+    """Python modules whose `setup(app)` runs at start (`module` or `module:function`), after those
+    installed under the `botweave.plugins` entry point."""
 
     @field_validator("plugins")
     @classmethod

@@ -59,12 +59,20 @@ CLAIM_TTL_SECONDS = 7 * 24 * 3600.0
 
 class ScheduleConfig(Section):
     cron: str
+    """A crontab line, e.g. `0 8 * * mon-fri`."""
     agent: str
+    """The agent that answers the prompt."""
     prompt: str
+    """What the agent is asked each time."""
     target: str
+    """Where the answer is posted: `<platform>:<chat>[:<thread>]`, or `<platform>` for its home
+    chat."""
     timezone: str = "UTC"
+    """The time zone `cron` is read in."""
     misfire_grace_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """How late a run may still start after downtime; older occurrences are recorded as missed."""
     owner: Optional[str] = None  # `<platform>:<user_id>`
+    """`<platform>:<user_id>` told when a run is missed or fails."""
 
     @model_validator(mode="after")
     def _valid(self) -> ScheduleConfig:

@@ -491,3 +491,19 @@ async def test_pairing_with_state_in_memory_never_points_at_the_command_line(tmp
         if owner:
             notice = emu.sent_texts(1000)[-1]
             assert "/pair approve" in notice and "botweave pair" not in notice
+
+
+def test_a_python_tool_next_to_bot_yaml_imports_wherever_the_command_runs(tmp_path):
+    folder = tmp_path / "mybot"
+    folder.mkdir()
+    (folder / "nearby_tools.py").write_text(
+        "from botweave import tool\n\n@tool\ndef shout(text: str) -> str:\n    \"\"\"Loud.\"\"\"\n    return text.upper()\n"
+    )
+    (folder / "bot.yaml").write_text(
+        "agents:\n  a: {model: offline/echo, tools: [{python: 'nearby_tools:shout'}]}\nplatforms: {console: {}}\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = botweave("check", str(folder / "bot.yaml"), cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert "nearby_tools:shout" in result.stdout

@@ -156,12 +156,12 @@ def test_a_module_reached_both_ways_runs_once(tmp_path: Path, monkeypatch: pytes
     assert len(sys.modules["bw_counted"].calls) == 1
 
 
-async def test_the_readme_plugin_works_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_documented_plugin_works_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
     from tests.support import message
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "plugins.md").read_text()
     block = readme.split("<!-- plugin-example -->")[1].split("<!-- /plugin-example -->")[0]
     (tmp_path / "bw_readme_dice.py").write_text(block.split("```python")[1].split("```")[0])
     monkeypatch.syspath_prepend(str(tmp_path))

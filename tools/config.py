@@ -14,16 +14,23 @@ class McpServerConfig(Section):
     """One MCP server: a command started with the bot (stdio) or a URL (streamable HTTP)."""
 
     command: Optional[list[str]] = None
+    """The program and its arguments, started with the bot and spoken to over stdio, e.g.
+    `[python, server.py]`."""
     url: Optional[str] = None
+    """The server's streamable HTTP endpoint (checked against the network policy)."""
     env: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry the server's keys
+    """Environment variables for the server process (it does not inherit the bot's, except the
+    basics such as PATH)."""
     cwd: Optional[str] = None
+    """The folder the server process starts in; unset: the bot's."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)  # may carry a bearer token
-    #: How long start-up waits for the server to answer before the bot goes on without it
-    #: (each later try to bring it back gets as long).
+    """HTTP headers sent with every request to `url`, e.g. `Authorization: Bearer ${TOKEN}`."""
     startup_timeout_seconds: Annotated[float, Field(gt=0)] = 30.0
-    #: The largest answer read from the server, counted as it arrives; a larger one fails its
-    #: call with an error naming this limit.
+    """How long start-up waits for the server to answer before the bot goes on without it
+    (each later try to bring it back gets as long)."""
     max_response_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    """The largest answer read from the server, counted as it arrives; a larger one fails its
+    call with an error naming this limit."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -47,12 +54,23 @@ class ToolEntry(Section):
     bot's owner) before it runs; no answer within `approval_timeout_seconds` is a no."""
 
     name: Optional[str] = None
+    """A built-in tool by name: `send_message`, `react`, `edit_message`, `delete_message`,
+    `create_thread`, `send_file`, `fetch_url`."""
     python: Optional[str] = None
+    """A Python function, `module:function`, or `module:*` for every `@tool` function of the
+    module."""
     mcp: Optional[dict[str, McpServerConfig]] = None
+    """The tools of one MCP server, `{SERVER: {command: [...]}}` or `{SERVER: {url: ...}}`; they
+    are called `SERVER__TOOL`."""
     timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+    """How long one call may run before the model is told it timed out."""
     approval: Literal["required", "none"] = "none"
+    """`required`: every call waits for a person to press Approve before it runs."""
     approver: Optional[Literal["requester", "owner"]] = None
+    """Who approves: `requester` (the person who asked, in the conversation; the default) or
+    `owner` (the platform's `owner_user_id`, in a DM)."""
     approval_timeout_seconds: Optional[Annotated[float, Field(gt=0)]] = None
+    """How long an approval may wait; no answer in time is a denial. Unset: 300."""
 
     @model_validator(mode="before")
     @classmethod
@@ -105,6 +123,8 @@ class MessageToolsConfig(Section):
     `platform:chat:thread`, `platform:*` (every chat there) or a bare `platform` (its home chat)."""
 
     allow_targets: list[str] = Field(default_factory=list)
+    """Places beyond those the access rules open where this agent's message tools may post,
+    edit or react (`platform:chat`, `platform:chat:thread`, `platform:*`, `platform`)."""
 
     @field_validator("allow_targets", mode="before")
     @classmethod
@@ -128,5 +148,6 @@ class AgentTools(Section):
     where the message tools among them may act."""
 
     tools: list[ToolEntry] = Field(default_factory=list)
-    #: Where this agent's message tools may act beyond the chats the bot talks in.
+    """The tools this agent may call, in the order offered to the model."""
     message_tools: MessageToolsConfig = Field(default_factory=MessageToolsConfig)
+    """Where this agent's message tools may act beyond the chats the bot talks in."""

@@ -11,6 +11,7 @@ class ConsoleConfig(PlatformConfig):
     #: The console is the person at this terminal, so nobody needs approving.
     default_unknown_user_policy: ClassVar[Literal["deny", "pair", "allow"]] = "allow"
     user_name: str = "you"
-    #: Where files the bot sends are saved (their path is printed); unset, a new folder in
-    #: the system's temporary directory.
+    """The name you appear under in the terminal chat."""
     save_dir: Optional[str] = None
+    """Where files the bot sends are saved (their path is printed); unset, a new folder in the
+    system's temporary directory."""

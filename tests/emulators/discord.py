@@ -62,7 +62,9 @@ CHANNEL_ID = "2000"  # #general, a guild text channel
 THREAD_ID = "2100"  # a public thread under #general
 FORUM_ID = "2200"  # a forum channel
 FORUM_POST_ID = "2300"  # a forum post (a thread under the forum)
-DM_CHANNEL_ID = "3000"
+DM_CHANNEL_ID = "3000"  # Alice's DM with the bot
+BOB_DM_CHANNEL_ID = "3001"
+_DM_CHANNELS = (DM_CHANNEL_ID, BOB_DM_CHANNEL_ID)
 BOT_ID = "9000"  # also the application id, as for real bots
 BOT_ROLE_ID = "5000"  # the bot's managed role
 ROLE_ID = "5001"  # an ordinary role, "mods"
@@ -815,16 +817,19 @@ class DiscordEmulator:
         )
 
     async def _open_dm(self, request: web.Request) -> web.Response:
-        """Create DM: the one DM channel here is Alice's."""
-        if str((request[_BODY] or {}).get("recipient_id")) != ALICE_ID:
+        """Create DM: Alice and Bob each have one with the bot; nobody else is known."""
+        recipient = str((request[_BODY] or {}).get("recipient_id"))
+        people = {ALICE_ID: (DM_CHANNEL_ID, self.alice), BOB_ID: (BOB_DM_CHANNEL_ID, self.bob)}
+        if recipient not in people:
             return self._not_found("User", 10013)
-        return self._json({"id": DM_CHANNEL_ID, "type": 1, "last_message_id": None, "recipients": [self.alice]})
+        channel_id, person = people[recipient]
+        return self._json({"id": channel_id, "type": 1, "last_message_id": None, "recipients": [person]})
 
     def _not_found(self, what: str, code: int) -> web.Response:
         return self._json({"message": f"Unknown {what}", "code": code}, 404)
 
     def _known_channel(self, channel_id: str) -> bool:
-        return channel_id in self.channels or channel_id in self.threads or channel_id == DM_CHANNEL_ID
+        return channel_id in self.channels or channel_id in self.threads or channel_id in _DM_CHANNELS
 
     async def _create_message(self, request: web.Request) -> web.Response:
         channel_id = request.match_info["channel"]
@@ -1057,7 +1062,7 @@ class DiscordEmulator:
         """A thread with no starter message in a text channel, or a post in a forum (which
         carries its first message under `message`)."""
         channel_id = request.match_info["channel"]
-        if channel_id == DM_CHANNEL_ID:
+        if channel_id in _DM_CHANNELS:
             return self._json({"message": "Cannot execute action on a DM channel", "code": 50003}, 400)
         parent = self.channels.get(channel_id)
         if parent is None:
@@ -1141,7 +1146,7 @@ class DiscordEmulator:
 
     async def _channel_webhooks(self, request: web.Request) -> web.Response:
         channel_id = request.match_info["channel"]
-        if channel_id == DM_CHANNEL_ID:
+        if channel_id in _DM_CHANNELS:
             return self._json({"message": "Cannot execute action on a DM channel", "code": 50003}, 400)
         if channel_id not in self.channels:
             return self._not_found("Channel", 10003)
@@ -1151,7 +1156,7 @@ class DiscordEmulator:
 
     async def _create_webhook(self, request: web.Request) -> web.Response:
         channel_id = request.match_info["channel"]
-        if channel_id == DM_CHANNEL_ID:
+        if channel_id in _DM_CHANNELS:
             return self._json({"message": "Cannot execute action on a DM channel", "code": 50003}, 400)
         if channel_id not in self.channels:
             return self._not_found("Channel", 10003)

@@ -1,5 +1,5 @@
-"""The README's client example, run as printed against a bot with the gateway (only the
-address differs: tests never take a fixed port)."""
+"""The gateway guide's client example (docs/guides/gateway-clients.md), run as printed against
+a bot with the gateway (only the address differs: tests never take a fixed port)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ from pathlib import Path
 
 from botweave import App
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "gateway-clients.md"
 
 
 def example() -> str:
-    block = README.read_text().split("<!-- gateway-example -->")[1].split("<!-- /gateway-example -->")[0]
+    block = GUIDE.read_text().split("<!-- gateway-example -->")[1].split("<!-- /gateway-example -->")[0]
     return block.split("```python")[1].split("```")[0]
 
 
-async def test_the_readme_client_example_works_as_printed(start_app) -> None:
+async def test_the_documented_client_example_works_as_printed(start_app) -> None:
     code = example()
     lines = [line for line in code.strip().splitlines() if line.strip()]
     assert len(lines) <= 11 and lines[-1] == "asyncio.run(main())", "a short example, run by its last line"
     app: App = await start_app({"agents": {"assistant": {"model": "offline/echo"}}, "gateway": {"listen": "127.0.0.1:0"}})
     namespace: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(code.replace("asyncio.run(main())", ""), str(README), "exec"), namespace)  # noqa: S102 - the README's own code
+    exec(compile(code.replace("asyncio.run(main())", ""), str(GUIDE), "exec"), namespace)  # noqa: S102 - the guide's own code
     printed = io.StringIO()
     assert app.gateway is not None
     with contextlib.redirect_stdout(printed):
