@@ -164,6 +164,12 @@ class App:
         await self._turns.tasks.drain()
 
     @property
+    def needs_litellm(self) -> bool:
+        """Whether this process's own model calls go through litellm (imported as it starts)."""
+        clients = self.model_clients
+        return clients is not None and clients.uses_litellm(agent.model for agent in self.agents.values())
+
+    @property
     def uptime(self) -> float:
         return self._life.uptime()
 
