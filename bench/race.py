@@ -153,6 +153,7 @@ class Settings:
     model_processes: int = 1
     model: str = "http"
     delay_file: Path | None = None
+    client: str | None = None
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -404,8 +405,13 @@ def write_botweave_config(
     }
     if settings.store != "default":
         config["store"] = {"url": store_url(settings.store, path)}
+    models: dict[str, object] = {}
     if settings.model_processes >= 0:
-        config["models"] = {"processes": settings.model_processes}
+        models["processes"] = settings.model_processes
+    if settings.client is not None:
+        models["client"] = settings.client
+    if models:
+        config["models"] = models
     if in_process:
         config["plugins"] = ["race_provider"]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -1048,12 +1054,14 @@ async def main(args: argparse.Namespace) -> int:
         model_processes=args.model_processes,
         model=args.model,
         delay_file=logs / "model-delay" if args.model == "in-process" else None,
+        client=args.client,
     )
     processes = "default" if settings.model_processes < 0 else settings.model_processes
     print(
         f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}), "
         f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores, "
-        f"botweave store {settings.store}, model processes {processes}, model {settings.model}; "
+        f"botweave store {settings.store}, model processes {processes}, model {settings.model}, "
+        f"models.client {settings.client or 'unset'}; "
         f"botweave runs with {ROOT} first on PYTHONPATH; logs in {logs}; load average {load_average()}",
         flush=True,
     )
@@ -1123,6 +1131,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="every contestant's model: the loopback OpenAI-compatible server (default), or a litellm custom "
         "provider inside each bot's own process (bench/race_provider.py; no HTTP: the frameworks' own cost; "
         "botweave then makes its calls in its own process)",
+    )
+    parser.add_argument(
+        "--client", choices=("auto", "litellm", "direct"),
+        help="botweave's models.client (unset by default: the section names none); `litellm` measures the "
+        "litellm path a non-OpenAI model takes",
     )
     parser.add_argument(
         "--defaults", action="store_true",

@@ -15,7 +15,7 @@ what the HTTP call itself does (docs/performance.md has the figures).
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal
 
 from botweave.model_calls import LitellmCalls, ModelCalls, ModelOutput
@@ -55,6 +55,10 @@ class ModelClients:
         self.choice = choice
         self.direct = OpenAICompatible()
         self.litellm = LitellmCalls()
+
+    def uses_litellm(self, models: Iterable[str]) -> bool:
+        """Whether any of these models is answered by litellm here, as things stand now."""
+        return any(self.client_for(model) is self.litellm for model in models)
 
     def client_for(self, model: str) -> ModelCalls:
         if self.choice == "direct":

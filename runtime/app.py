@@ -81,15 +81,10 @@ class App(LiveParts):
         self._platforms.add(adapter, self)
 
     async def start(self, platforms: Iterable[str] | None = None, *, receive: bool = True) -> None:
-        """Connect the store and start every enabled platform (or just `platforms`).
-
-        With SQLite or the in-memory store everything runs in this process, through the
-        store's inbound journal (replayed first). With Redis, inbound items go through the
-        shared stream: `ingress` holds the platform connections (one process per platform,
-        by leader lock), `worker` answers from the stream, `all` does both.
-        `ops.listen` (every role) serves the operator's endpoints from the first moment, so
-        a slow start is alive but not ready.
-        """
+        """Connect the store and start every enabled platform (or just `platforms`). SQLite or memory:
+        all in this process, through the store's inbound journal (replayed first). Redis: the shared
+        stream; `ingress` holds the platforms (leader lock), `worker` answers, `all` does both.
+        `ops.listen` serves the operator's endpoints from the first moment (alive, not ready)."""
         if self.config.ops.listen and self.ops is None:
             self.ops = self.reloads.ops_server(self.config.ops.listen, self.readiness)
             await self.ops.start()
@@ -160,6 +155,11 @@ class App(LiveParts):
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
         await self._turns.tasks.drain()
+
+    @property
+    def needs_litellm(self) -> bool:
+        """Whether this process's own model calls go through litellm (imported as it starts)."""
+        return self.model_clients is not None and self.model_clients.uses_litellm(a.model for a in self.agents.values())
 
     @property
     def uptime(self) -> float:

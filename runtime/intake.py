@@ -55,6 +55,9 @@ again after a crash is not taken for one."""
 class Inbox(Receiver, Protocol):
     """The App, as its intake sees it."""
 
+    @property
+    def needs_litellm(self) -> bool: ...
+
     async def handle(
         self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, recorded: Recorded | None = None
     ) -> TurnOutcome: ...
@@ -234,7 +237,8 @@ class StreamIntake(Intake):
         if self._role in ("all", "worker"):
             # litellm takes seconds to import; doing it now, off the loop, keeps the first
             # turn from stalling the lock and stream heartbeats.
-            await asyncio.to_thread(litellm_module)
+            if inbox.needs_litellm:
+                await asyncio.to_thread(litellm_module)
             background.spawn(self.stream.run(partial(_from_stream, inbox), life.stopping, life.drain), name="inbound stream")
         for name, adapter in platforms.adapters.items():
             if name in sections and not adapter.local:

@@ -46,6 +46,9 @@ class Served(Protocol):
     @property
     def reloads(self) -> Reloads: ...
 
+    @property
+    def needs_litellm(self) -> bool: ...
+
     async def start(self, platforms: Iterable[str] | None = None) -> None: ...
 
     async def stop(self) -> None: ...
@@ -126,8 +129,11 @@ async def _serve(
     reloads: _Reloads,
 ) -> int:
     # litellm takes seconds to import: done off the loop while the platforms connect, so
-    # the first turn does not stall every other conversation for it.
-    loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if app.role != "ingress" else None
+    # the first turn does not stall every other conversation for it. Only where some agent's
+    # calls need it: otherwise the import would compete with the first turns for the
+    # interpreter (and freezing the heap waits for it).
+    needed = app.role != "ingress" and app.needs_litellm
+    loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if needed else None
     try:
         await app.start(requested)
         if watchdogs is not None:  # serving now: a stall is the loop watch's from here on
