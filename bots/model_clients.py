@@ -33,9 +33,11 @@ def litellm_integrated() -> bool:
     litellm = sys.modules.get("litellm")
     if litellm is None:
         return False
-    if any(getattr(litellm, name, None) for name in INTEGRATIONS):
+    if getattr(litellm, "cache", None) is not None or bool(getattr(litellm, "max_budget", 0)):
         return True
-    return getattr(litellm, "cache", None) is not None or bool(getattr(litellm, "max_budget", 0))
+    # litellm lists its own "cache" hook among the callbacks once any call has set up caching,
+    # and leaves it there with no cache configured: that one feeds nobody
+    return any(entry != "cache" for name in INTEGRATIONS for entry in getattr(litellm, name, None) or ())
 
 
 def ensure_direct(models: Mapping[str, str]) -> dict[str, str]:

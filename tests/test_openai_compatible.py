@@ -236,3 +236,14 @@ async def test_a_request_that_names_its_retries_gets_that_many_and_sends_them_no
         await OpenAICompatible().answer(request)
     assert [e.status for e in llm.exchanges] == [503]
     assert "num_retries" not in llm.requests[-1]
+
+
+def test_litellms_own_cache_hook_left_behind_without_a_cache_is_not_an_integration():
+    litellm = litellm_module()
+    assert litellm.cache is None
+    litellm.success_callback.append("cache")
+    try:
+        clients = ModelClients("auto")
+        assert clients.client_for("openai/gpt-4o") is clients.direct
+    finally:
+        litellm.success_callback.remove("cache")
