@@ -20,6 +20,7 @@ import faulthandler
 import gc
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -65,7 +66,9 @@ def process_state() -> dict[str, Any]:
         "SIGTERM": str(signal.getsignal(signal.SIGTERM)),
         "SIGHUP": str(signal.getsignal(signal.SIGHUP)),
         "faulthandler": faulthandler.is_enabled(),
-        "threads": sorted(thread.name for thread in threading.enumerate()),
+        # an executor's workers by their executor: using the program's default executor (as
+        # asyncio.to_thread and litellm's logging do) may start more of its workers
+        "threads": sorted({re.sub(r"_\d+$", "", thread.name) for thread in threading.enumerate()}),
     }
 
 
