@@ -258,7 +258,9 @@ async def test_latency_and_chunked_streaming_are_honoured(llm: OpenAIEmulator) -
         if chunk.choices and chunk.choices[0].delta.content:
             arrivals.append(time.monotonic() - started)
     assert len(arrivals) == 5
-    assert arrivals[0] >= 0.3 and arrivals[-1] - arrivals[0] >= 4 * 0.05 * 0.8
+    # the server sleeps before each piece, so neither can arrive sooner; the gap between
+    # arrivals can shrink when the reader is late for the first one, the total cannot
+    assert arrivals[0] >= 0.3 and arrivals[-1] >= 0.3 + 4 * 0.05
 
 
 async def test_errors_scripted_or_persistent(llm: OpenAIEmulator) -> None:
