@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ class Received:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-class ScriptedModel(ReplyScript):
+class ScriptedModel(ReplyScript, ABC):
     """A loopback model server; subclasses add their provider's routes, checks and format."""
 
     #: Where the provider's API lives under the server's root (what `api_base` points at).
@@ -74,16 +75,17 @@ class ScriptedModel(ReplyScript):
 
     # --- what each provider defines ------------------------------------------------------
 
+    @abstractmethod
     def routes(self, app: web.Application) -> None:
-        raise NotImplementedError
+        """The provider's endpoints on `app`."""
 
+    @abstractmethod
     def refusal(self, request: web.Request, body: dict[str, Any]) -> web.Response | None:
         """The provider's answer to a request it would refuse (after noting the fault)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def scripted_error(self, reply: Reply) -> web.Response:
         """A scripted HTTP error in the provider's error format."""
-        raise NotImplementedError
 
     # --- lifecycle -----------------------------------------------------------------------
 
