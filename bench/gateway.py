@@ -44,6 +44,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import yaml  # noqa: E402
 from botweave.gateway import Client  # noqa: E402
 
+from tests.emulators.openai import OpenAIEmulator  # noqa: E402
 from tests.emulators.telegram import TelegramEmulator  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
@@ -262,14 +263,29 @@ async def many_clients(workdir: Path, store: str, count: int, messages: int) -> 
 async def fan_out(workdir: Path, store: str, watchers: int, activities: int) -> list[float]:
     """Seconds from each room turn's publication to each watcher receiving it."""
     emu = await TelegramEmulator().start()
+    # A stand-up update of the same length every turn (about 400 characters). The echo model
+    # would repeat the growing room transcript, which soon takes several Telegram messages a
+    # turn and meets the group limit.
+    model = OpenAIEmulator(" ".join([
+        "Yesterday I finished the review of the billing changes and paired on the flaky import test.",
+        "Today I am cutting the release candidate, writing its notes and watching the canary.",
+        "Blockers: none, but I need a second pair of eyes on the migration before noon.",
+        "Also: the on-call rota for next week is still open, please add yourselves.",
+    ]))
+    model_url = await model.start()
     group = emu.group(-100900, "Stand-up")
     port = free_port()
     roster = [f"agent{n}" for n in range(4)]
     config = base_config(store, workdir, streaming=False)
-    config["agents"] = {name: {"model": "offline/echo", "display_name": name.title()} for name in roster}
+    config["agents"] = {name: {"model": "openai/bench-model", "api_base": model_url, "api_key": "sk-bench",
+                               "display_name": name.title()} for name in roster}
     config["platforms"] = {"telegram": {"token": emu.token, "api_base_url": emu.api_base_url, "poll_timeout": 1,
                                         "requests_per_second": 1000, "group_policy": "respond_all"}}
-    config["rooms"] = {"standup": {"roster": roster, "max_rounds": 2, "max_messages": 12}}
+    # One round: each human message (counted by max_messages too) sets off exactly the four
+    # turns every watcher waits for. Telegram lets a bot post 20 messages a minute into a
+    # group, so activities past the fifth are paced by the bot; the delay measured starts at
+    # a turn's publication, after that pacing.
+    config["rooms"] = {"standup": {"roster": roster, "max_rounds": 1, "max_messages": len(roster) + 1}}
     config["routes"] = [{"match": {"chat_id": "-100900"}, "room": "standup"}]
     config["gateway"] = {"listen": f"127.0.0.1:{port}", "max_buffered": 5000}
     bot = Bot(workdir, config)
@@ -300,6 +316,7 @@ async def fan_out(workdir: Path, store: str, watchers: int, activities: int) -> 
     finally:
         bot.stop()
         await emu.stop()
+        await model.stop()
 
 
 # --- 4. memory ----------------------------------------------------------------------------------
@@ -346,7 +363,7 @@ async def main() -> None:
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--messages", type=int, default=3, help="messages each of the many clients sends")
     parser.add_argument("--watchers", type=int, default=200)
-    parser.add_argument("--activities", type=int, default=10, help="room activities the watchers follow")
+    parser.add_argument("--activities", type=int, default=4, help="room activities the watchers follow")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
     parser.add_argument("--only", choices=("cpu", "clients", "fanout", "memory"))
