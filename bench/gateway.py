@@ -17,7 +17,7 @@
 The harness (emulators, clients) runs in this process and shares the machine with the bot:
 take figures under `flock -x /work/locks/machine`, and repeat (`--repeats`) for the spread.
 
-    python3 bench/gateway.py [--turns 400] [--chats 20] [--clients 500] [--watchers 200] [--repeats 3]
+    python3 bench/gateway.py [--turns 1000] [--chats 20] [--clients 500] [--watchers 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def percentile(values: list[float], share: float) -> float:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=400, help="measured turns per CPU run")
+    parser.add_argument("--turns", type=int, default=1000, help="measured turns per CPU run")
     parser.add_argument("--chats", type=int, default=20, help="people chatting at once in the CPU runs")
     parser.add_argument("--clients", type=int, default=500)
     parser.add_argument("--messages", type=int, default=3, help="messages each of the many clients sends")
