@@ -55,7 +55,6 @@ from botweave.runtime.pipeline import build_pipeline
 from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
-from botweave.runtime.turn_order import AskingAside, TurnOrder
 from botweave.runtime.turns import AgentTurn
 from botweave.store import MemoryStore, Patience, PatientStore, Store, open_store
 from botweave.store.patient import backend
@@ -137,12 +136,12 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     commands.register("stop", control.stop_command, help=STOP_HELP)
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, buttons=buttons, approvals=approvals, order=TurnOrder(),
+        control=control, buttons=buttons, approvals=approvals,
     )
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
-        calls=AskingAside(made),  # a turn gives its place up while it waits for its model
+        calls=made,
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,

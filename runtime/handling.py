@@ -21,8 +21,7 @@ from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import dedup_key, outage_errors
 from botweave.runtime.generation import Live
 from botweave.runtime.intake import Inbox, Recorded
-from botweave.runtime.turn_control import TurnControl, received_at
-from botweave.runtime.turn_order import TurnOrder
+from botweave.runtime.turn_control import TurnControl
 from botweave.store import Store
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
@@ -43,7 +42,6 @@ class Handling:
         control: TurnControl,
         buttons: ButtonBook,
         approvals: ApprovalDesk,
-        order: TurnOrder,
     ) -> None:
         self._store = store
         self._dedup_ttl = dedup_ttl
@@ -55,7 +53,6 @@ class Handling:
         self._control = control
         self._buttons = buttons
         self._approvals = approvals
-        self._order = order
 
     async def handle(
         self, item: BotMessage | PlatformEvent, inbox: Inbox, *, deduplicated: bool, recorded: Recorded | None
@@ -99,10 +96,6 @@ class Handling:
         return TurnOutcome(TurnStatus.EVENT)
 
     async def _run_pipeline(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
-        async with self._order.turn(received_at(msg)):  # the oldest message first (turn_order)
-            return await self._answer(msg, durable=durable)
-
-    async def _answer(self, msg: BotMessage, *, durable: bool) -> TurnOutcome:
         adapter = self._platforms.adapters.get(msg.platform)
         if adapter is None:
             log.warning("message from platform %r that has no adapter; dropped", msg.platform)

@@ -36,7 +36,6 @@ from botweave.events import ConversationEvents, RunEvents
 from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
-from botweave.runtime.turn_order import resume
 from botweave.store import Operation, Put, Store
 from botweave.tasks import spawn
 from botweave.tooling import Approvals, ToolContext
@@ -299,7 +298,6 @@ class AgentTurn:
                 await self._store.commit(turn_marker(msg), operations, ttl=self._ttl)
             else:
                 text = await agent.complete(earlier, content, tools, images=images)
-                await resume()  # delivered in its message's place (turn_order)
                 if images and not text.strip():
                     prepared: Prepared | None = Prepared("", ())  # only pictures: nothing to say in words
                 else:
