@@ -13,19 +13,45 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional, Protocol
 
+from botweave.adapter import Adapter
+from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.types import META_AGENT, META_CONVERSATION, BotChannel, BotMessage, BotUser, PlatformEvent, QuotedRef
 from pydantic import Field
 
-from .sessions import Session, session_of
+from .auth import TokenBook
+from .config import GatewayConfig
+from .connection import Connection
+from .files import FileShelf
+from .hub import Hub
+from .sessions import Session, SessionBook, session_of
 
-if TYPE_CHECKING:
-    from .server import Gateway
+
+class GatewayParts(Protocol):
+    """What the methods use of the gateway that serves them (gateway/server.py), named here
+    so that the server imports the methods and never the other way round."""
+
+    config: GatewayConfig
+    events: ConversationEvents
+    sessions: SessionBook
+    tokens: TokenBook
+    files: FileShelf
+    hub: Hub
+    agents: list[str]
+    web_platform: Callable[[], Adapter | None]
+    config_status: Callable[[], dict[str, str]] | None
+
+    async def close_shares(self, share_ids: Iterable[str]) -> None: ...
+    def connection(self, caller: Caller) -> Connection: ...
+    def count_resume(self) -> None: ...
+    async def may_read(self, caller: Caller, conversation: str) -> bool: ...
+    async def check_read(self, caller: Caller, conversation: str) -> None: ...
+    async def readiness_of_bot(self) -> dict[str, str]: ...
 
 #: How many messages `chat.history` gives at most, and by default.
 MAX_HISTORY = 200
@@ -127,7 +153,7 @@ def user_message(message_id: str, caller: Caller, text: str, **more: Any) -> dic
 
 
 class GatewayMethods:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: GatewayParts) -> None:
         self.gateway = gateway
         self.events = gateway.events
         self.sessions = gateway.sessions
