@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Optional
 
-from botweave.config import PlatformConfig, Section
-from pydantic import Field, SecretStr, model_validator
+from botweave.config import BotConfig, PlatformConfig, Section
+from pydantic import Field, SecretStr, field_validator
 
 
 class ImapSettings(Section):
@@ -92,11 +92,18 @@ class EmailConfig(PlatformConfig):
             missing.append("smtp.host")
         return missing
 
-    @model_validator(mode="after")
-    def _keyword(self) -> EmailConfig:
-        flag = self.processed_flag
+    def bot_config(self, defaults: BotConfig) -> BotConfig:
+        """Senders on `allowed_senders` are let in without pairing (the list is the allowlist,
+        checked with the server's authentication before anything else); with no list and no
+        policy set, strangers are refused: anyone can write to an address."""
+        merged = super().bot_config(defaults)
+        if self.unknown_user_policy is None and defaults.unknown_user_policy is None and self.allowed_senders:
+            merged = merged.model_copy(update={"unknown_user_policy": "allow"})
+        return merged
+
+    @field_validator("processed_flag")
+    @classmethod
+    def _keyword(cls, flag: str) -> str:
         if not flag or any(c in flag for c in ' ()"{%*\\]') or flag.startswith("\\"):
-            raise ValueError(
-                f"processed_flag {flag!r} is not an IMAP keyword: use letters, digits and $ (e.g. $Botweave)"
-            )
-        return self
+            raise ValueError(f"{flag!r} is not an IMAP keyword: use letters, digits and $ (e.g. $Botweave)")
+        return flag

@@ -1,8 +1,9 @@
 """Receiving mail: one thread holds the IMAP connection and hands each new mail to the loop.
 
 imap-tools is blocking, so the connection lives in a thread of its own. It waits for news
-with IDLE where the server offers it (woken within a second to notice a stop) and polls
-every `poll_seconds` otherwise. Each mail is read, judged (our own, automatic, a sender not
+with IDLE where the server offers it (looking every second whether to stop) and searches the
+folder again every `poll_seconds` whether or not IDLE said anything, which is all it does on a
+server without IDLE. Each mail is read, judged (our own, automatic, a sender not
 allowed, a From the server did not vouch for: none of these reaches an agent), handed to
 the runtime on the event loop, and only then marked with `processed_flag` on the server: a
 restart reads the folder again and answers exactly the mail that was never taken. What was
@@ -21,7 +22,7 @@ from collections.abc import Coroutine
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from botweave.types import BotChannel, BotMessage, BotUser, MessageType, QuotedRef
+from botweave.types import META_CONVERSATION, BotChannel, BotMessage, BotUser, MessageType, QuotedRef
 from imap_tools.errors import MailboxLoginError
 from imap_tools.mailbox import BaseMailBox
 
@@ -225,7 +226,8 @@ class MailReader:
             thread_id=mail.root,
             attachments=attachments,
             quoted=quoted,
-            metadata={"subject": mail.subject},
+            # A thread is a conversation of its own, not the person's one direct conversation.
+            metadata={"subject": mail.subject, META_CONVERSATION: f"email:{mail.sender}:{mail.root}"},
             platform="email",
         )
         return await self.adapter.dispatch(msg)

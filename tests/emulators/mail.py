@@ -110,6 +110,7 @@ class ImapEmulator:
         self._server: asyncio.base_events.Server | None = None
         self._idlers: list[tuple[str, asyncio.StreamWriter]] = []
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def inbox(self) -> Folder:
@@ -120,9 +121,13 @@ class ImapEmulator:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        self.drop_connections()
         if self._server is not None:
             self._server.close()
+        self.drop_connections()
+        handlers = [task for task in self._handlers if not task.done()]
+        if handlers:
+            await asyncio.wait(handlers, timeout=5)
+        if self._server is not None:
             await self._server.wait_closed()
 
     def drop_connections(self) -> None:
@@ -156,6 +161,10 @@ class ImapEmulator:
     # --- the protocol ---------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
         self._writers.add(writer)
         caps = "IMAP4rev1 AUTH=PLAIN" + (" IDLE" if self.idle else "")
         writer.write(f"* OK [CAPABILITY {caps}] emulator ready\r\n".encode())
