@@ -44,12 +44,14 @@ async def run_app(mail: MailEmulator, llm: OpenAIEmulator, start_app: Any, tmp_p
     """Start an App whose only platform is email; its state in one SQLite file, so a second
     App started by the same test is the bot after a restart."""
 
-    async def start(**section: Any) -> App:
-        config = {
+    async def start(gateway: dict[str, Any] | None = None, **section: Any) -> App:
+        config: dict[str, Any] = {
             "agents": {"assistant": {"model": "openai/test-model", "api_base": llm.base_url, "api_key": "k"}},
             "platforms": {"email": {"allowed_senders": [ANN, "@example.org"], **mail.config(), **section}},
             "store": {"url": f"sqlite:///{tmp_path}/state.db"},
         }
+        if gateway is not None:
+            config["gateway"] = gateway
         app = await start_app(config)
         assert isinstance(app.adapters["email"], EmailAdapter)
         return app
@@ -233,3 +235,16 @@ def test_a_broken_section_names_the_field_and_the_fix():
     text = str(error.value)
     assert "platforms.email.processed_flag" in text and "IMAP keyword" in text
     assert "platforms.email.imap.port" in text
+
+
+async def test_a_mail_thread_is_watched_in_the_browser_as_one_conversation(run_app, mail, llm):
+    from tests.gateway.support import TOKEN_CONFIG, client
+
+    app = await run_app(gateway={"listen": "127.0.0.1:0", "tokens": TOKEN_CONFIG})
+    _, first = mail.person_writes(ANN, "Is the report ready?", subject="Report")
+    await replies(mail, ANN, 1)
+    async with client(app, "root") as root:
+        listed = [c["conversation"] for c in (await root.call("conversations.list", {"platform": "email"}))["conversations"]]
+        assert listed == [f"email:{ANN}:{first}"]
+        history = (await root.call("chat.history", {"conversation": listed[0]}))["messages"]
+    assert [m["text"] for m in history] == ["Is the report ready?", llm.reply]
