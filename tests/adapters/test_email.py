@@ -248,3 +248,57 @@ async def test_a_mail_thread_is_watched_in_the_browser_as_one_conversation(run_a
         assert listed == [f"email:{ANN}:{first}"]
         history = (await root.call("chat.history", {"conversation": listed[0]}))["messages"]
     assert [m["text"] for m in history] == ["Is the report ready?", llm.reply]
+
+
+async def test_botweave_run_answers_mail_and_a_restart_answers_only_what_is_new(mail, tmp_path):
+    """Through the real CLI, with its default SQLite state: stopped by SIGTERM and started
+    again, the bot answers the mail that came in between and nothing twice."""
+    import os
+    import signal
+    import sys
+    from pathlib import Path
+
+    imap, smtp = mail.config()["imap"], mail.config()["smtp"]
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents: {assistant: {model: offline/echo}}\n"
+        "platforms:\n"
+        "  email:\n"
+        f"    address: {mail.address}\n"
+        f"    imap: {{host: 127.0.0.1, port: {imap['port']}, user: {imap['user']}, password: '${{IMAP_PW}}', ssl: false}}\n"
+        f"    smtp: {{host: 127.0.0.1, port: {smtp['port']}, user: {smtp['user']}, password: '${{SMTP_PW}}', starttls: false}}\n"
+        f"    allowed_senders: ['{ANN}']\n"
+        "    poll_seconds: 0.3\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "IMAP_PW": imap["password"], "SMTP_PW": smtp["password"]}
+    root = Path(__file__).resolve().parents[2]
+
+    async def run(until: int, *, then: Callable[[], Any] | None = None) -> str:
+        searched = mail.imap.searches
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "botweave", "run", str(config), cwd=str(root), env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await wait_until(lambda: mail.imap.searches > searched, timeout=60, what="the folder searched")
+            if then is not None:
+                then()
+            await wait_until(lambda: len(mail.replies_to(ANN)) >= until, timeout=60, what=f"{until} replies")
+            await asyncio.sleep(1.0)  # searches later, nothing more is answered
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr.decode()[-2000:]
+        return stderr.decode()
+
+    mail.person_writes(ANN, "written before the bot first started")
+    first = await run(1, then=lambda: mail.person_writes(ANN, "hello bot", subject="Hi"))
+    assert "email: connected" in first
+    assert imap["password"] not in first and smtp["password"] not in first
+    mail.person_writes(ANN, "while you were down", subject="Later")
+    await run(2)
+    answers = mail.replies_to(ANN)
+    assert [(a["Subject"], text_of(a)) for a in answers] == [
+        ("Re: Hi", "assistant (offline echo) heard: hello bot"),
+        ("Re: Later", "assistant (offline echo) heard: while you were down"),
+    ]

@@ -105,6 +105,7 @@ class ImapEmulator:
         self.port = 0
         self.logins = 0
         self.failed_logins = 0
+        self.searches = 0
         #: Every FETCH of a numbered part: (uid, section); whole-message reads are not counted.
         self.part_fetches: list[tuple[int, str]] = []
         self._server: asyncio.base_events.Server | None = None
@@ -266,6 +267,7 @@ class ImapEmulator:
                 return None
             return ok("terminated")
         if name == "UID SEARCH":
+            self.searches += 1
             state["known"] = len(box.messages)
             found = self._search(box, args)
             writer.write(("* SEARCH" + "".join(f" {uid}" for uid in found) + "\r\n").encode())
