@@ -57,6 +57,15 @@ PLATFORMS: dict[str, str] = {
     app_token: "${SLACK_APP_TOKEN:-}"
     mode: socket             # or http (then set signing_secret and expose http_port)
 """,
+    "email": """\
+  # Email: a mailbox the bot reads (IMAP) and a server it replies through (SMTP); TLS on
+  # both by default. Only mail your server vouches for (SPF/DKIM/DMARC) is answered.
+  email:
+    address: "${EMAIL_ADDRESS:-}"
+    imap: {host: "${IMAP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${IMAP_PASSWORD:-}"}
+    smtp: {host: "${SMTP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${SMTP_PASSWORD:-}"}
+    allowed_senders: []      # addresses or @domains answered; empty: nobody unless allowed below
+""",
 }
 
 OPS = """\

@@ -29,6 +29,8 @@ from botweave.adapters.console.config import ConsoleConfig
 from botweave.adapters.console.outbound import ConsoleOutbound
 from botweave.adapters.discord.adapter import DiscordAdapter
 from botweave.adapters.discord.config import DiscordConfig
+from botweave.adapters.email.adapter import EmailAdapter
+from botweave.adapters.email.config import EmailConfig
 from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.slack.format import reaction_to_emoji, unescape
@@ -43,6 +45,7 @@ from botweave.types import BotMessage, PlatformEvent
 from tests.emulators import discord as discord_emulator
 from tests.emulators import slack as slack_emulator
 from tests.emulators.discord import DiscordEmulator
+from tests.emulators.mail import MailEmulator, text_of
 from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 
@@ -615,6 +618,87 @@ class WebDriver(PlatformDriver):
         return await self._next_message(before)
 
 
+class EmailDriver(PlatformDriver):
+    """A mailbox on the IMAP/SMTP emulator: the chat is a person's address, a message a mail."""
+
+    name = "email"
+    drops_own_posts = True
+    unknown_id = "no-such-message@example.test"
+
+    async def start(self) -> None:
+        self.emu = MailEmulator()
+        await self.emu.start()
+        self.chat = self.person = "alice@example.com"
+        self.store = MemoryStore()
+        self.adapter = self.make_adapter()
+        self.adapter.bind(self._sink, store=self.store)
+        await self.adapter.start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return EmailAdapter(EmailConfig.model_validate(self.emu.config()))
+
+    def text_of(self, message_id: str) -> str | None:
+        sent = self.emu.smtp.by_id(message_id)
+        if sent is None:
+            return None
+        text = text_of(sent)
+        named = _named(text, r"(.+?): (.*)")
+        return named[1] if named and str(sent["From"]).startswith(named[0]) else text
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return []
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        sent = self.emu.smtp.by_id(message_id)
+        assert sent is not None
+        return sent["From"].addresses[0].display_name, text_of(sent)
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        return self.emu.smtp.texts_to(user_id)
+
+    def sent_so_far(self) -> object:
+        return len(self.emu.smtp.sent)
+
+    async def _mail(self, text: str, **kwargs: Any) -> BotMessage:
+        before = len(self.received)
+        self.emu.person_writes(self.person, text, **kwargs)
+        return await self._next_message(before)
+
+    async def person_says(self, text: str) -> BotMessage:
+        return await self._mail(text)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        raw, own = self.emu.person_mail(self.emu.address, text)
+        self.emu.imap.deliver(raw)
+        await self.person_says("a barrier: everything delivered before it has been read")
+        return [i for i in self.received if isinstance(i, BotMessage) and i.message_id == own]
+
+    def files_posted(self) -> list[PostedFile]:
+        posted = []
+        for sent in self.emu.smtp.sent:
+            for part in sent.iter_attachments():
+                data = part.get_content()
+                posted.append(PostedFile("attachment", part.get_filename() or "", data if isinstance(data, bytes)
+                                         else data.encode(), text_of(sent), str(sent["Message-ID"]).strip("<>")))
+        return posted
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        sizes = {filename: declared_size} if declared_size is not None else None
+        return await self._mail(caption, files=((data, filename, mime),), declared_sizes=sizes)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.imap.part_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        return await self._mail(text, in_reply_to=to.message_id, references=(to.thread_id or to.message_id,))
+
+
 DRIVERS: dict[str, type[PlatformDriver]] = {
-    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver)
+    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver, EmailDriver)
 }
