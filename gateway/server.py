@@ -53,6 +53,7 @@ from .protocol import (
     PROTOCOL,
     BadFrame,
     Request,
+    RequestId,
     error_frame,
     read_request,
     result_frame,
@@ -313,7 +314,7 @@ class Gateway:
         return ws
 
     @staticmethod
-    async def _turn_away(ws: web.WebSocketResponse, request_id: str | int | None, error: MethodError, code: int) -> None:
+    async def _turn_away(ws: web.WebSocketResponse, request_id: RequestId | None, error: MethodError, code: int) -> None:
         try:
             await ws.send_str(error_frame(request_id, error))
             metrics.FRAMES.labels("out").inc()
