@@ -22,6 +22,7 @@ from botweave.adapter import Adapter
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.types import META_AGENT, META_CONVERSATION, BotChannel, BotMessage, BotUser, PlatformEvent, QuotedRef
+from botweave.version import __version__
 from pydantic import Field
 
 from .auth import TokenBook
@@ -45,6 +46,7 @@ class GatewayParts(Protocol):
     agents: list[str]
     web_platform: Callable[[], Adapter | None]
     config_status: Callable[[], dict[str, str]] | None
+    about: Callable[[], dict[str, Any]] | None
 
     async def close_shares(self, share_ids: Iterable[str]) -> None: ...
     def connection(self, caller: Caller) -> Connection: ...
@@ -402,5 +404,11 @@ class GatewayMethods:
         answer: dict[str, Any] = {"status": "unready" if failing else "ok", "failing": failing}
         if self.gateway.config_status is not None:  # the revision that runs, and any drift
             answer["config"] = self.gateway.config_status()
+        if self.gateway.about is not None:
+            about = self.gateway.about()
+            platforms = about.pop("platforms", [])
+            answer |= about
+            answer["platforms"] = {name: failing.get(name, "connected") for name in platforms}
+        answer["version"] = __version__
         return answer
 

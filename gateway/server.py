@@ -113,6 +113,7 @@ class Gateway:
         agents: Sequence[str] = (),
         readiness: Readiness | None = None,
         config_status: Callable[[], dict[str, str]] | None = None,
+        about: Callable[[], dict[str, Any]] | None = None,
         max_upload_bytes: int = 20_000_000,
         allow_mime: Sequence[str] = ("*/*",),
     ) -> None:
@@ -129,6 +130,8 @@ class Gateway:
         self._readiness = readiness
         #: The configuration revision that runs, and how the file differs (the health method).
         self.config_status = config_status
+        #: The bot's agents, platforms, store and uptime (the health method).
+        self.about = about
         self.max_upload_bytes = max_upload_bytes
         self.allow_mime = tuple(allow_mime)
         self.tokens = TokenBook(events.store, config.tokens)
