@@ -237,8 +237,11 @@ class GatewayMethods:
 
     async def chat_history(self, caller: Caller, params: HistoryParams) -> dict[str, Any]:
         await self.gateway.check_read(caller, params.conversation)
+        # The seq first: a message appended while the history is read is then sent again
+        # after it (a client replaces a message it has), never left behind a seq it is not in.
+        seq = await self.events.head(params.conversation)
         messages, more = await self.events.history(params.conversation, before=params.before, limit=params.limit)
-        return {"messages": messages, "seq": await self.events.head(params.conversation), "more": more}
+        return {"messages": messages, "seq": seq, "more": more}
 
     async def _dispatch(self, item: BotMessage | PlatformEvent) -> None:
         adapter = self.gateway.web_platform()

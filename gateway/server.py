@@ -168,7 +168,7 @@ class Gateway:
         app.router.add_get("/ws", self._websocket)
         app.router.add_post("/uploads", self._upload)
         app.router.add_get("/files/{file_id}", self._file)
-        UI(self.signin, lambda request: self._refusal(request) is None).add_routes(app)
+        UI(self.signin, lambda request: self._refusal(request) is None, open_now=lambda: self._open).add_routes(app)
         runner = web.AppRunner(
             app, access_log=None, handle_signals=False, shutdown_timeout=1.0, keepalive_timeout=HEADER_TIMEOUT_S
         )
