@@ -242,3 +242,24 @@ async def test_any_other_request_id_is_a_bad_frame_answered_without_an_id(app: A
         await ws.send('{"type": "req", "id": NaN, "method": "sessions.list"}')  # not JSON's, but Python reads it
         assert (await ws.answer(None))["error"]["code"] == "bad_frame"
         assert (await ws.request("still-served", "sessions.list", {}))["ok"]
+
+
+async def test_the_page_learns_whether_this_gateway_asks_for_a_token(start_app, llm) -> None:
+    """`GET /session`: a loopback gateway with no token anywhere lets the page connect as
+    `local` without showing a sign-in form; one with tokens asks for one. Another site's page
+    is refused."""
+    for tokens, needed in ((False, False), (True, True)):
+        app = await start_app(config(llm, tokens=tokens))
+        base = app.gateway.url.replace("ws://", "http://").removesuffix("/ws")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/session", headers={"Origin": base}) as response:
+                assert response.status == 200 and await response.json() == {"token_needed": needed, "links": False}
+                assert response.headers["Cache-Control"] == "no-store"
+            async with http.get(f"{base}/session", headers={"Origin": "http://evil.test"}) as response:
+                assert response.status == 403
+        async with Raw(app.gateway.url, origin=base) as ws:  # what the page does next, without a token
+            answer = await ws.connect(None)
+        if needed:
+            assert answer["error"]["code"] == "unauthorized"
+        else:
+            assert answer["result"]["principal"] == {"name": "local", "kind": "local"}
