@@ -105,6 +105,7 @@ def read_request(text: str) -> Request:
         problem = "a request needs a method name"
     if problem is not None:
         raise BadFrame("bad_frame", problem, request_id if usable else None)
+    assert isinstance(request_id, (str, int, float))  # usable_id said so
     return Request(request_id, frame["method"], frame.get("params"))
 
 
