@@ -153,6 +153,12 @@ class Gateway:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ws://{host}:{self.port}/ws"
 
+    @property
+    def page_url(self) -> str:
+        """The browser UI's address (through this machine's loopback on a wildcard listen)."""
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
+
     async def start(self) -> None:
         """Listen. A non-loopback address with no token anywhere is a configuration error;
         an address that cannot be bound is an OSError naming it."""
@@ -186,7 +192,7 @@ class Gateway:
         self.hub.start()
         self._tasks.spawn(self._recheck(), name="recheck principals")
         how = "no token needed (loopback, none configured)" if self._open else "tokens required"
-        log.info("gateway: listening on %s (%s)", self.url, how)
+        log.info("gateway: listening on %s (%s); the web chat is at %s", self.url, how, self.page_url)
         if self.signin is not None:
             self.signin.listening(self.host, self.port)
 
