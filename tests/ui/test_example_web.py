@@ -111,7 +111,7 @@ def shot(name: str) -> str:
 async def test_the_readme_is_true_signed_in_and_chatting_without_a_token(example, width: int) -> None:
     run, browser = example
     assert "http://127.0.0.1:8787/" in (EXAMPLE / "README.md").read_text() and "no token is needed" in (EXAMPLE / "README.md").read_text()
-    assert f"no token needed (loopback, none configured); the web chat is at {run.url}" in run.output()
+    assert f"(no token needed (loopback, none configured)); the web chat is at {run.url}" in run.output()
     page = await open_page(browser, run.url, width)
     assert await page.locator("#token").count() == 0, "no token form"
     assert await page.inner_text("#who") == "local"
