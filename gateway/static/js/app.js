@@ -145,7 +145,7 @@ class Page {
     applyConnect(this.state, result);
     for (const key of Object.keys(result.refused ?? {})) conversation(this.state, key).following = false;
     this.schedule();
-    this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
+    if (this.can("presence")) this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
     if (this.can("rooms.list")) this.call("rooms.list").then((r) => { this.rooms = r.rooms ?? []; this.schedule(); }, () => {});
     if (this.can("agents.list")) this.call("agents.list").then((r) => { this.agents = r.agents ?? []; this.schedule(); }, () => {});
     if (this.view === "watch") this.loadListing();
