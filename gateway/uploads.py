@@ -110,17 +110,8 @@ async def read_multipart(stream: StreamReader, boundary: bytes, *, max_file: int
     del body.buffer[: found + len(delimiter)]
     parts = 0
     while True:
-        while len(body.buffer) < 2:
-            await body.more("the line after a boundary")
-        if body.buffer.startswith(b"--"):
+        if await _closing(body):
             raise UploadRefused(400, "bad_request", "a multipart upload needs a part named file")
-        while (line_end := body.buffer.find(b"\r\n")) < 0:
-            if len(body.buffer) > MAX_HEADER_BYTES:
-                raise UploadRefused(400, "bad_request", "a multipart boundary line is not followed by a line break")
-            await body.more("the line after a boundary")
-        if body.buffer[:line_end].strip(b" \t"):
-            raise UploadRefused(400, "bad_request", "a multipart boundary line carries something after the boundary")
-        del body.buffer[: line_end + 2]
         parts += 1
         if parts > MAX_PARTS:
             raise UploadRefused(400, "bad_request", f"a multipart upload has at most {MAX_PARTS} parts")
@@ -134,8 +125,26 @@ async def read_multipart(stream: StreamReader, boundary: bytes, *, max_file: int
                 if len(data) > max_file:
                     raise UploadRefused(413, "too_large", f"the file is over the limit of {max_file} bytes (media.max_bytes)")
         if wanted:
+            await _closing(body)  # a boundary of its own, not a longer line that starts like one
             return Upload(bytes(data), headers.get_filename() or "file", headers.get("Content-Type", ""))
         await asyncio.sleep(0)  # another client's turn between parts
+
+
+async def _closing(body: _Body) -> bool:
+    """Read what follows a delimiter: `--` (the body's last boundary: True) or the end of
+    the line (a part follows: False); anything else there is not a boundary line."""
+    while len(body.buffer) < 2:
+        await body.more("the line after a boundary")
+    if body.buffer.startswith(b"--"):
+        return True
+    while (line_end := body.buffer.find(b"\r\n")) < 0:
+        if len(body.buffer) > MAX_HEADER_BYTES:
+            raise UploadRefused(400, "bad_request", "a multipart boundary line is not followed by a line break")
+        await body.more("the line after a boundary")
+    if body.buffer[:line_end].strip(b" \t"):
+        raise UploadRefused(400, "bad_request", "a multipart boundary line carries something after the boundary")
+    del body.buffer[: line_end + 2]
+    return False
 
 
 async def _headers(body: _Body) -> Message:

@@ -72,11 +72,13 @@ async def app(start_app, llm) -> App:
         (f"multipart/form-data; boundary={BOUNDARY}", f"--{BOUNDARY}garbage\r\n\r\nx\r\n--{BOUNDARY}--".encode(),
          "after the boundary"),
         (f"multipart/form-data; boundary={BOUNDARY}", form(("other", b"x")), "a part named file"),
+        (f"multipart/form-data; boundary={BOUNDARY}", form(("file", f"a\r\n--{BOUNDARY}-inside b".encode())),
+         "after the boundary"),
         ('multipart/form-data; boundary="a{b}"', form(("file", b"x"), boundary="a{b}"), "boundary is not valid"),
         ("multipart/form-data; boundary=" + "b" * 71, form(("file", b"x"), boundary="b" * 71), "boundary is not valid"),
     ],
     ids=["no-boundary", "boundary-never-comes", "garbage", "part-never-closed", "headers-never-end",
-         "junk-after-boundary", "no-file-part", "bad-boundary-character", "boundary-too-long"],
+         "junk-after-boundary", "no-file-part", "boundary-inside-the-file", "bad-boundary-character", "boundary-too-long"],
 )
 async def test_a_malformed_multipart_upload_is_answered_400_with_the_json_error(app: App, content_type, body, says) -> None:
     status, answer, answered_as = await post(app, body, content_type)
@@ -221,3 +223,17 @@ async def test_a_request_that_never_finishes_its_headers_is_closed_while_others_
         await drip_task
     assert all(w <= bound for w in waited), waited
     await a_normal_upload_is_taken(app)
+
+
+async def test_a_browsers_upload_keeps_its_name_type_and_bytes_whatever_else_the_form_holds(app: App) -> None:
+    data = bytes(range(256)) * 10 + f"\r\n--{BOUNDARY[:-1]}".encode()  # binary, nearly a boundary at its end
+    body = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="note"\r\n\r\nhello\r\n'
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="фото 1.png"\r\n'
+        "Content-Type: image/png\r\n\r\n"
+    ).encode() + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+    status, answer, _ = await post(app, body, f"multipart/form-data; boundary={BOUNDARY}")
+    assert status == 201, answer
+    assert answer["filename"] == "фото 1.png" and answer["mime"] == "image/png" and answer["size"] == len(data)
+    stored = await app.gateway.files.data(answer["file_id"])
+    assert stored == data
