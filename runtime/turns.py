@@ -38,7 +38,7 @@ from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.store import Operation, Put, Store
 from botweave.tasks import spawn
-from botweave.tooling import Approvals, ToolContext
+from botweave.tooling import Approvals, Asks, ToolContext
 from botweave.types import BotMessage, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
@@ -217,8 +217,10 @@ class AgentTurn:
         *,
         approvals: Approvals | None = None,
         events: ConversationEvents | None = None,
+        asks: Asks | None = None,
     ) -> None:
         self._approvals = approvals
+        self._asks = asks
         self._events = events
         self._agents = agents
         self._history = history
@@ -276,7 +278,7 @@ class AgentTurn:
         content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
-        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run))
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run, asks=self._asks))
         typing = TypingIndicator(reply)
         typing.start()
         try:
