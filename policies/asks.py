@@ -31,7 +31,7 @@ from botweave.buttons import ButtonBook
 from botweave.conversations import conversation_key
 from botweave.delivery import PROCESS, Delivery, Destination
 from botweave.events import ConversationEvents
-from botweave.methods import Caller, MethodError, MethodRegistry, Params
+from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.store import Store
 from botweave.tasks import TaskOwner
 from botweave.tooling import ToolContext
@@ -315,7 +315,7 @@ class AskDesk:
         clients, once)."""
         if self._events is not None:
             ended = {"id": asked.id, "outcome": answer.outcome, "value": answer.value, "by": answer.by,
-                     "session": session_of(asked.conversation)}
+                     "session": session_of(asked.conversation), "asked": asked.shown()["asked"]}
             await self._events.publish(asked.conversation, "ask.resolved", ended, unique=f"evonce:ask:{asked.id}")
         adapter = self._adapters.get(asked.platform)
         if adapter is None or asked.chat_id is None or asked.message_id is None:
@@ -393,10 +393,11 @@ class AskDesk:
     # --- the gateway ----------------------------------------------------------------------
 
     def register_methods(self, registry: MethodRegistry) -> None:
-        """`ask.answer` for the gateway's clients: the person asked answers from a browser as
-        they would by pressing an option or replying."""
+        """`ask.answer` and `ask.list` for the gateway's clients: the person asked answers from
+        a browser as they would by pressing an option or replying."""
         registry.register("ask.answer", self._answer_method, scope="write", params=AnswerParams,
                           help="answer a question an agent asked you")
+        registry.register("ask.list", self._list_method, scope="read", help="the open questions put to you")
 
     async def open_in(self, conversation: str) -> list[Question]:
         """The questions of `conversation` whose turn still waits (what a resuming client is
@@ -414,6 +415,10 @@ class AskDesk:
             if await self._store.get(_live_key(ask_id)) is not None:
                 found.append(Question.from_json(raw))
         return sorted(found, key=lambda q: q.deadline)
+
+    async def _list_method(self, caller: Caller, params: NoParams) -> dict[str, Any]:
+        mine = [q.shown() for q in await self.pending() if caller.admin or caller.speaks_for(q.platform, q.asked_id)]
+        return {"asks": mine}
 
     async def resent(self, caller: Caller, conversation: str) -> list[dict[str, Any]]:
         """The `ask` events to send again to `caller`, who resumed `conversation`."""
