@@ -350,10 +350,10 @@ class AskDesk:
             return PressAnswer(refusal, alert=refusal.startswith("This question expired"))
         return PressAnswer(f"Answered: {value}")
 
-    async def claim(self, item: BotMessage | PlatformEvent) -> bool:
+    async def claim(self, item: BotMessage) -> bool:
         """Whether `item` is the answer to an open question (and is now recorded as such):
         a message, not a command, from the person asked, in the conversation asked in."""
-        if not isinstance(item, BotMessage) or item.sender.is_bot or item.is_command:
+        if item.sender.is_bot or item.is_command:
             return False
         if not self._waiting and not self._shared:
             return False  # the common case: nobody waits, nothing to look up

@@ -244,7 +244,7 @@ class App(LiveParts):
         returns, and its turn runs in the background. A failure to record raises, so the
         adapter does not acknowledge what could still be lost. A message that answers a
         question an agent asked (`ask_user`) is that answer, and starts no turn."""
-        if await self.asks.claim(item):
+        if isinstance(item, BotMessage) and await self.asks.claim(item):
             await self._handling.answered(item)
             return
         await self._intake.submit(item, self)
