@@ -171,7 +171,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     if config.rooms:
         rooms = RoomHub(
             config.rooms, agents, kept, outgoing.post_as, targets.canonical,
-            posted=notices.room_posted, missed=notices.room_missed,
+            posted=notices.room_posted, missed=notices.room_missed, asks=lasting.asks,
         )
     schedules = None
     if config.schedules:
