@@ -173,3 +173,18 @@ async def test_stop_ends_a_turn_waiting_on_an_answer_and_help_is_still_a_command
     # with nobody waiting, the next message is a turn of its own
     emu.push_message(chat, ANN, "hello again")
     await wait_until(lambda: any("hello again" in t for t in texts(emu, chat["id"])), what="a new turn")
+
+
+async def test_no_typing_indicator_while_the_question_waits(telegram_emulator, start_app):
+    emu = telegram_emulator
+    await start_app(config(emu, telegram={"typing": {"mode": "instant"}}))
+    chat = emu.private_chat(ANN)
+    emu.push_message(chat, ANN, FREE)
+    question = await a_question(emu, chat["id"])
+    shown = len(emu.calls_to("sendChatAction"))
+    assert shown >= 1, "the turn showed the bot at work before it asked"
+    await asyncio.sleep(5.0)  # longer than Telegram's 4 s renewal
+    assert len(emu.calls_to("sendChatAction")) == shown
+    emu.push_message(chat, ANN, "Rose Lane")
+    await wait_until(lambda: any('{"answer": "Rose Lane"}' in t for t in texts(emu, chat["id"])), what="the answer")
+    assert "Ann answered: Rose Lane" in emu.current(chat["id"], question["message_id"])["text"]
