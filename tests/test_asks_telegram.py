@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
+
+from botweave import App
 
 from tests.emulators.openai import OpenAIEmulator, tool_call
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
@@ -188,3 +191,31 @@ async def test_no_typing_indicator_while_the_question_waits(telegram_emulator, s
     emu.push_message(chat, ANN, "Rose Lane")
     await wait_until(lambda: any('{"answer": "Rose Lane"}' in t for t in texts(emu, chat["id"])), what="the answer")
     assert "Ann answered: Rose Lane" in emu.current(chat["id"], question["message_id"])["text"]
+
+
+async def test_a_reply_reaching_the_ingress_process_answers_the_turn_waiting_in_a_worker(telegram_emulator, redis_url, llm):
+    """Redis deployment: the ingress holds the Telegram connection, a worker runs the turn.
+    The reply reaches the ingress, which finds the open question in the store and records the
+    answer there; the worker's turn goes on, and the reply never becomes a turn."""
+    emu = telegram_emulator
+    cfg = config(emu, model=scripted(llm))
+    cfg["store"] = {"url": redis_url, "prefix": f"asks-{uuid.uuid4().hex[:8]}:"}
+    llm.queue_tool_calls(tool_call("ask_user", {"question": "What is the delivery address?"}))
+    llm.queue_text("Shipping to Rose Lane.")
+    worker = App.from_config(cfg, role="worker")
+    ingress = App.from_config(cfg, role="ingress")
+    await worker.start()
+    await ingress.start()
+    try:
+        chat = emu.private_chat(ANN)
+        emu.push_message(chat, ANN, "ship my order")
+        question = await a_question(emu, chat["id"])
+        emu.push_message(chat, ANN, "Rose Lane")
+        await wait_until(lambda: "Shipping to Rose Lane." in texts(emu, chat["id"]), timeout=20, what="the worker's answer")
+        assert llm.tool_output(llm.issued_calls[0].id) == {"answer": "Rose Lane"}
+        await wait_until(lambda: "Ann answered: Rose Lane" in emu.current(chat["id"], question["message_id"])["text"],
+                         what="the question edited by the worker")
+        assert not any(llm.last_user_text(i) == "Rose Lane" for i in range(len(llm.requests)))
+    finally:
+        await ingress.stop()
+        await worker.stop()
