@@ -107,7 +107,8 @@ async def test_a_question_open_at_shutdown_is_reported_expired_after_the_restart
             with pytest.raises(GatewayError) as late:
                 await ann.call("ask.answer", {"id": asked.data["id"], "value": "Large"})
             assert late.value.code == "conflict" and "expired" in late.value.message
-            assert (await ann.call("ask.list"))["asks"] == []
+            # the message whose turn was cut off runs again and may ask anew; the old question is gone
+            assert asked.data["id"] not in [a["id"] for a in (await ann.call("ask.list"))["asks"]]
             history = await ann.call("chat.history", {"conversation": conversation, "limit": 20})
             assert any("Expired" in m["text"] and not m["buttons"] for m in history["messages"])
     finally:
