@@ -113,7 +113,6 @@ class Question:
     conversation: str
     agent: str
     deadline: float
-    timeout: float
     text: str = ""
     chat_id: str | None = None
     thread_id: str | None = None
@@ -228,6 +227,12 @@ class AskDesk:
         adapter = self._adapters.get(origin.platform)
         if adapter is None:
             return {"error": f"nobody to ask: {origin.platform} is not connected"}
+        waiting = (context.conversation or conversation_key(origin), origin.sender.user_id)
+        # One question at a time per person and conversation: a reply could not say which of
+        # two it answers. The place is taken before the first await (two calls of one round).
+        busy = {"error": f"a question to {origin.sender.name} is already waiting here; ask one thing at a time"}
+        if waiting in self._waiting:
+            return busy
         asked = Question(
             id=uuid.uuid4().hex[:16],
             question=question,
@@ -235,12 +240,27 @@ class AskDesk:
             asked_id=origin.sender.user_id,
             asked_name=origin.sender.name,
             platform=origin.platform,
-            conversation=context.conversation or conversation_key(origin),
+            conversation=waiting[0],
             agent=context.agent,
             deadline=time.time() + timeout_seconds,
-            timeout=timeout_seconds,
         )
-        asked.text = question_text(question, asked.options, asked.asked_name, timeout_seconds)
+        self._waiting[waiting] = asked.id
+        try:
+            if self._shared and not await self._store.set_if_absent(
+                _waiting_key(*waiting), asked.id, ttl=timeout_seconds + KEEP_S
+            ):
+                return busy  # asked in another process
+            try:
+                return await self._ask(asked, adapter, origin, timeout_seconds)
+            finally:
+                await asyncio.shield(self._store.delete(_waiting_key(*waiting)))
+        finally:
+            if self._waiting.get(waiting) == asked.id:
+                del self._waiting[waiting]
+
+    async def _ask(self, asked: Question, adapter: Adapter, origin: BotMessage, timeout_seconds: float) -> dict[str, str]:
+        """Post the question, wait for its end, show how it ended: the tool's result."""
+        asked.text = question_text(asked.question, asked.options, asked.asked_name, timeout_seconds)
         keep = timeout_seconds + KEEP_S
         buttons: list[Button] = []
         if asked.options and adapter.capabilities.buttons:
@@ -251,15 +271,11 @@ class AskDesk:
             listed = "\n".join(f"{n}. {option}" for n, option in enumerate(asked.options, start=1))
             asked.text = f"{asked.text}\n{listed}"
         wakeup = self._wakeups[asked.id] = asyncio.Event()
-        waiting = (asked.conversation, asked.asked_id)
         try:
             # Recorded before it is posted: the answer may come the moment it shows.
             await self._store.set(_live_key(asked.id), PROCESS, ttl=LIVE_TTL_S)
             await self._store.set(_question_key(asked.id), asked.to_json(), ttl=keep)
             await self._store.set(PENDING + asked.id, "1", ttl=keep)
-            self._waiting[waiting] = asked.id
-            if self._shared:
-                await self._store.set(_waiting_key(*waiting), asked.id, ttl=keep)
             to = Destination(adapter, origin.channel.channel_id, origin.thread_id, reply_to=origin.message_id,
                              conversation=asked.conversation)
             delivered = await self._delivery.post(to, asked.text, buttons=buttons)
@@ -285,9 +301,9 @@ class AskDesk:
             return {"error": no_answer(timeout_seconds)}
         finally:
             self._wakeups.pop(asked.id, None)
-            if self._waiting.get(waiting) == asked.id:
-                del self._waiting[waiting]
-            await asyncio.shield(self._store.delete(_live_key(asked.id), _waiting_key(*waiting)))
+            # A turn that stops waiting is no longer live: a question it leaves open is
+            # reported expired from now on.
+            await asyncio.shield(self._store.delete(_live_key(asked.id)))
 
     async def _wait(self, asked: Question, wakeup: asyncio.Event) -> Answer:
         """The answer (seen in the store, so it may come from any process), or the deadline."""

@@ -80,7 +80,7 @@ def test_the_default_wait_is_the_entrys_and_never_over_the_ceiling() -> None:
 
 
 def question(options: list[str]) -> Question:
-    return Question("q1", "Which?", options, "1", "Ann", "telegram", "telegram:dm:1", "a", 0.0, 300.0)
+    return Question("q1", "Which?", options, "1", "Ann", "telegram", "telegram:dm:1", "a", 0.0)
 
 
 @pytest.mark.parametrize(

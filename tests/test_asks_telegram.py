@@ -219,3 +219,24 @@ async def test_a_reply_reaching_the_ingress_process_answers_the_turn_waiting_in_
     finally:
         await ingress.stop()
         await worker.stop()
+
+
+async def test_one_question_at_a_time_per_person(telegram_emulator, start_app, llm):
+    emu = telegram_emulator
+    await start_app(config(emu, model=scripted(llm)))
+    llm.queue_tool_calls(
+        tool_call("ask_user", {"question": "What is the delivery address?"}),
+        tool_call("ask_user", {"question": "And the phone number?"}),
+    )
+    llm.queue_text("Noted.")
+    chat = emu.private_chat(ANN)
+    emu.push_message(chat, ANN, "ship my order")
+    await a_question(emu, chat["id"])
+    await asyncio.sleep(0.3)
+    assert len(questions(emu, chat["id"])) == 1, "a reply could not say which of two it answers"
+    emu.push_message(chat, ANN, "Rose Lane")
+    await wait_until(lambda: "Noted." in texts(emu, chat["id"]), what="the continuation")
+    outputs = [llm.tool_output(call.id) for call in llm.issued_calls]
+    assert {"answer": "Rose Lane"} in outputs
+    assert any("already waiting" in (o.get("error") or "") for o in outputs)
+    llm.assert_tool_protocol()
