@@ -369,10 +369,10 @@ class AskDesk:
     async def claim(self, item: BotMessage) -> bool:
         """Whether `item` is the answer to an open question (and is now recorded as such):
         a message, not a command, from the person asked, in the conversation asked in."""
-        if item.sender.is_bot or item.is_command:
-            return False
         if not self._waiting and not self._shared:
             return False  # the common case: nobody waits, nothing to look up
+        if item.sender.is_bot or item.is_command:
+            return False
         waiting = (conversation_key(item), item.sender.user_id)
         ask_id = self._waiting.get(waiting)
         if ask_id is None and self._shared:
