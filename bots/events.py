@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 EVENT_NAMES = (
     "approval.requested",
     "approval.resolved",
+    "ask",
+    "ask.resolved",
     "delta",
     "error",
     "final",

@@ -63,19 +63,33 @@ class Approvals(Protocol):
         ...
 
 
+class Asks(Protocol):
+    """Asks the person a turn answers a question and waits for the reply (`ask_user`); the
+    runtime hands each turn one."""
+
+    async def ask(
+        self, question: str, options: Sequence[str], timeout_seconds: float, context: ToolContext
+    ) -> dict[str, str]:
+        """`{"answer": ...}`, or `{"error": ...}` when nobody answered in time or nobody could
+        be asked."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a call knows about the turn it runs in. `origin` is the message being answered
     (None when nobody wrote one, e.g. a room member's turn), which is what the `origin`
     target and a reaction's default message mean. `approvals` asks for a person's yes where
-    a tool needs one; without it such a tool cannot run. `run`, when the gateway is
-    configured, is where each call's progress is published (arguments masked)."""
+    a tool needs one; without it such a tool cannot run. `asks` puts a question to the person
+    of `origin` (`ask_user`). `run`, when the gateway is configured, is where each call's
+    progress is published (arguments masked)."""
 
     agent: str
     origin: BotMessage | None = None
     conversation: str | None = None
     approvals: Approvals | None = None
     run: RunEvents | None = None
+    asks: Asks | None = None
 
 
 @runtime_checkable

@@ -28,12 +28,16 @@ log = logging.getLogger(__name__)
 #: How often who came and went is told to everyone but shares (`presence`).
 PRESENCE_EVERY_S = 0.5
 #: Events that also go to whoever may answer them, followers of their conversation or not.
-NOTICES = ('{"event":"approval.', '{"event":"pairing.')
+NOTICES = ('{"event":"approval.', '{"event":"pairing.', '{"event":"ask')
 
 
 def may_answer(caller: Caller, event: str, data: dict[str, Any]) -> bool:
-    """Whether an approval or pairing event concerns this principal: it is the approver (or
-    the platform's owner, for pairing), or an admin."""
+    """Whether an approval, pairing or question event concerns this principal: it is the
+    approver (or the platform's owner, for pairing; the person asked, for a question), or an
+    admin."""
+    if event == "ask" or event.startswith("ask."):
+        asked = data.get("asked") or {}
+        return caller.speaks_for(str(asked.get("platform")), str(asked.get("user_id")))
     if event.startswith("approval."):
         if not caller.has("approvals"):
             return False

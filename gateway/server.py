@@ -57,6 +57,7 @@ from .protocol import (
     Request,
     RequestId,
     error_frame,
+    event_frame,
     read_request,
     result_frame,
 )
@@ -68,6 +69,8 @@ log = logging.getLogger(__name__)
 
 #: The bot's readiness (`App.readiness`): failing parts, each with why.
 Readiness = Callable[[], Awaitable[dict[str, str]]]
+#: The `ask` events of the questions still open in a conversation, as a caller may see them.
+OpenAsks = Callable[[Caller, str], Awaitable[list[dict[str, Any]]]]
 #: Requests one connection may have running at once; more wait for one to finish.
 MAX_RUNNING = 16
 #: How long a connection may take to send a request's headers (from when it opened, or from
@@ -116,6 +119,7 @@ class Gateway:
         about: Callable[[], dict[str, Any]] | None = None,
         max_upload_bytes: int = 20_000_000,
         allow_mime: Sequence[str] = ("*/*",),
+        open_asks: OpenAsks | None = None,
     ) -> None:
         if config.listen is None:
             raise ValueError("the gateway needs gateway.listen")
@@ -134,6 +138,8 @@ class Gateway:
         self.about = about
         self.max_upload_bytes = max_upload_bytes
         self.allow_mime = tuple(allow_mime)
+        #: The questions still open in a conversation, sent again to a client that resumes it.
+        self.open_asks = open_asks
         self.tokens = TokenBook(events.store, config.tokens)
         self.sessions = SessionBook(events.store)
         self.files = FileShelf(events.store)
@@ -399,8 +405,17 @@ class Gateway:
         self.hub.add(conn)
         metrics.CONNECTIONS.inc()
         for conversation in resumed:
-            conn.tasks.spawn(conn.catch_up(conversation, conn.cursors[conversation]), name="catch up a resume")
+            conn.tasks.spawn(self._resume(conn, conversation), name="catch up a resume")
         return conn
+
+    async def _resume(self, conn: Connection, conversation: str) -> None:
+        """What a resuming client missed, then every question still open there, again: its
+        `ask` may lie before the client's cursor, and the question is still waiting."""
+        await conn.catch_up(conversation, conn.cursors[conversation])
+        if self.open_asks is None or conn.closed:
+            return
+        for asked in await self.open_asks(conn.caller, conversation):
+            conn.send(event_frame("ask", asked, conversation=conversation))
 
     async def _connected(self, conn: Connection, params: ConnectParams) -> tuple[dict[str, Any], list[str]]:
         caller = conn.caller
@@ -433,9 +448,9 @@ class Gateway:
         return result, list(resumed)
 
     async def _snapshot(self, caller: Caller) -> dict[str, Any]:
-        snapshot: dict[str, Any] = {"sessions": [], "approvals": [], "pairing": []}
+        snapshot: dict[str, Any] = {"sessions": [], "approvals": [], "pairing": [], "asks": []}
         for name, key, field in (("sessions.list", "sessions", "sessions"), ("approvals.list", "approvals", "approvals"),
-                                 ("pairing.list", "pairing", "requests")):
+                                 ("pairing.list", "pairing", "requests"), ("ask.list", "asks", "asks")):
             if name in self.methods and caller.has(self.methods.scope_of(name)):
                 answer = await self.methods.call(caller, name, {})
                 snapshot[key] = answer.get(field, [])

@@ -22,6 +22,7 @@ from botweave.rooms.planner import RoomEvent
 from botweave.rooms.runtime import Room
 from botweave.rooms.schedule import RoomScheduler
 from botweave.store import Store
+from botweave.tooling import Asks
 from botweave.types import AgentIdentity, BotMessage, MessageActionResult
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class RoomHub:
         *,
         posted: Posted | None = None,
         missed: Missed | None = None,
+        asks: Asks | None = None,
     ) -> None:
         self._agents = agents
         self._post_as = post_as
@@ -67,7 +69,7 @@ class RoomHub:
         self._posts: dict[tuple[str, str], int] = {}
         self._failed: dict[tuple[str, str], int] = {}
         self.rooms = {
-            name: Room(cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name))
+            name: Room(cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name), asks=asks)
             for name, cfg in self.configs.items()
         }
         self.scheduler = RoomScheduler(list(self.configs.values()), self._fire, store, on_missed=self._on_missed)
@@ -88,7 +90,9 @@ class RoomHub:
 
     async def handle(self, room_name: str, msg: BotMessage) -> list[RoomEvent]:
         """A person's message opens (or continues) an activity in the room."""
-        return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, message_text(msg))
+        return await self.rooms[room_name].handle_human(
+            room_conversation(msg), msg.sender.name, message_text(msg), origin=msg
+        )
 
     async def step(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         """The pipeline step: messages in a channel routed to a room go to the room; only

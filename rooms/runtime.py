@@ -17,6 +17,9 @@ Decisions made here, and why:
   all record a pass: the planner counts it as speaking, nothing is posted, nothing crashes.
 - Openers are recorded under a name that is never a roster id (a person called "critic" becomes
   "critic (person)"), since the planner tells agents from openers by roster membership alone.
+- A member answering an activity a person opened gets that person's message as its tools'
+  origin, so `ask_user` asks them; the members speak one at a time, so the others wait for the
+  answer. An activity a schedule opened has nobody to ask.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
+from botweave.agents import Agent, ToolTurn
 from botweave.conversations import ConversationLocks
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
 from botweave.store import Store
+from botweave.tooling import Asks, ToolContext
+from botweave.types import BotMessage
 
 __all__ = ["PASS_TOKEN", "Post", "Room", "RoomMember", "render_transcript"]
 
@@ -47,7 +53,10 @@ class RoomMember(Protocol):
 
     name: str
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str: ...
+    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
+        """The member's reply. An `Agent` also takes a `turn` (its tools' context); a member
+        is handed one only when a person opened the activity (see `Room`)."""
+        ...
 
 
 def render_transcript(events: Sequence[RoomEvent], max_chars_per_event: int = 4000) -> str:
@@ -84,8 +93,10 @@ class Room:
         *,
         context_events: int = 40,
         max_transcript: int = 1000,
+        asks: Asks | None = None,
     ) -> None:
         self.config = config
+        self.asks = asks
         self.agents = dict(agents)
         self.store = store
         self.post = post
@@ -136,19 +147,26 @@ class Room:
             name = f"{name} (person)"
         return name
 
-    async def handle_human(self, conversation: str, speaker_display_name: str, text: str) -> list[RoomEvent]:
-        """Record a person's message and let the agents answer until the planner settles.
+    async def handle_human(
+        self, conversation: str, speaker_display_name: str, text: str, *, origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
+        """Record a person's message and let the agents answer until the planner settles;
+        `origin` is that message, whose author a member may ask (`ask_user`).
 
         Returns the events this call added, the person's message first; an empty list when
         the message is recognisably the room's own post coming back (see `_is_echo`).
         """
-        return await self._open(conversation, self.opener_name(speaker_display_name), text, speaker_display_name)
+        return await self._open(
+            conversation, self.opener_name(speaker_display_name), text, speaker_display_name, origin=origin
+        )
 
     async def kickoff(self, conversation: str, text: str, speaker: str = KICKOFF_SPEAKER) -> list[RoomEvent]:
         """Open an activity without a person, e.g. a scheduled stand-up."""
         return await self._open(conversation, self.opener_name(speaker), text)
 
-    async def _open(self, conversation: str, speaker: str, text: str, author: str | None = None) -> list[RoomEvent]:
+    async def _open(
+        self, conversation: str, speaker: str, text: str, author: str | None = None, *, origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
         async with self._locks.hold(conversation):
             if author is not None and await self._is_echo(conversation, author, text):
                 log.info("room %s: dropping %s's own post coming back in %s", self.name, author, conversation)
@@ -156,7 +174,7 @@ class Room:
             opening = RoomEvent(speaker, text, 0)
             await self._append(conversation, opening)
             transcript = await self.load_transcript(conversation)
-            return [opening, *await self._drain(conversation, transcript)]
+            return [opening, *await self._drain(conversation, transcript, origin)]
 
     async def _is_echo(self, conversation: str, author: str, text: str) -> bool:
         """A message under an agent's name repeating that agent's recent turn is our own post.
@@ -185,7 +203,9 @@ class Room:
             max_len=self.max_transcript,
         )
 
-    async def _drain(self, conversation: str, transcript: list[RoomEvent]) -> list[RoomEvent]:
+    async def _drain(
+        self, conversation: str, transcript: list[RoomEvent], origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
         added: list[RoomEvent] = []
         # Every turn appends one event and the planner caps an activity at max_messages,
         # so this loop ends; the explicit bound guards against a planner bug.
@@ -194,7 +214,7 @@ class Room:
             if step is None:
                 break
             speaker, round_ = step
-            text = await self._ask(speaker, round_, transcript)
+            text = await self._ask(speaker, round_, transcript, self._turn(speaker, conversation, origin))
             passed = text is None
             event = RoomEvent(speaker, text or "", round_, passed)
             transcript.append(event)
@@ -207,14 +227,24 @@ class Room:
                     log.exception("room %s: posting %s's turn in %s failed", self.name, speaker, conversation)
         return added
 
-    async def _ask(self, speaker: str, round_: int, transcript: list[RoomEvent]) -> str | None:
+    def _turn(self, speaker: str, conversation: str, origin: BotMessage | None) -> ToolTurn | None:
+        """The tools' context of a member answering a person (None: nobody opened it)."""
+        if origin is None:
+            return None
+        return ToolTurn(ToolContext(speaker, origin, conversation, asks=self.asks))
+
+    async def _ask(self, speaker: str, round_: int, transcript: list[RoomEvent], turn: ToolTurn | None = None) -> str | None:
         """The member's reply, or None for a pass."""
         member = self.agents.get(speaker)
         if member is None:
             log.warning("room %s: roster id %s has no agent; recording a pass", self.name, speaker)
             return None
+        prompt = self.user_turn(speaker, round_, transcript)
         try:
-            reply = await member.complete([], self.user_turn(speaker, round_, transcript))
+            if turn is not None and isinstance(member, Agent):
+                reply = await member.complete([], prompt, turn)
+            else:
+                reply = await member.complete([], prompt)
         except Exception as exc:  # a failing model must not stop the room
             log.warning("room %s: %s failed, recording a pass: %s", self.name, speaker, exc)
             return None

@@ -52,6 +52,7 @@ class App(LiveParts):
         self.adapters, self.failed_platforms = parts.platforms.adapters, parts.platforms.failed
         self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
         self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
+        self.asks = parts.asks
         self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
         self.ops: OpsServer | None = None
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
@@ -126,6 +127,9 @@ class App(LiveParts):
         closed = await self.approvals.sweep()
         if closed:
             log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
+        asked = await self.asks.sweep()
+        if asked:
+            log.warning("%d question(s) an agent asked were left unanswered by a stopped run; reported expired", asked)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect.
@@ -135,12 +139,14 @@ class App(LiveParts):
         if self.gateway is not None:
             await self.gateway.stop()
         self.approvals.shutting_down()
+        self.asks.shutting_down()
         await self._live.generation.stop_schedules()
         # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
         await self._background.close(timeout + 2.0, grace=1.0)
         await self._turns.tasks.close(timeout, grace=1.0)
         await self._platforms.stop()
         await self.approvals.stop()
+        await self.asks.stop()
         await self.reloads.stop()
         await self.tools.stop()
         if self.model_processes is not None:
@@ -236,7 +242,11 @@ class App(LiveParts):
     async def submit(self, item: BotMessage | PlatformEvent) -> None:
         """Accept an item: it is recorded (the Redis stream, or the store's journal) when this
         returns, and its turn runs in the background. A failure to record raises, so the
-        adapter does not acknowledge what could still be lost."""
+        adapter does not acknowledge what could still be lost. A message that answers a
+        question an agent asked (`ask_user`) is that answer, and starts no turn."""
+        if isinstance(item, BotMessage) and await self.asks.claim(item):
+            await self._handling.answered(item)
+            return
         await self._intake.submit(item, self)
 
     async def handle(

@@ -31,6 +31,7 @@ from botweave.model_clients import ModelClients
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.approvals import ApprovalDesk
+from botweave.policies.asks import AskDesk
 from botweave.policies.authors import AuthorScreen
 from botweave.policies.config import AdmissionConfig
 from botweave.policies.rate_limit import RateLimit
@@ -87,6 +88,7 @@ class Lasting:
     notices: Notices
     access: AccessControl
     approvals: ApprovalDesk
+    asks: AskDesk
     admission: Admission
     control: TurnControl
     handling: Handling
@@ -127,6 +129,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,
     )
+    asks = AskDesk(kept, delivery, platforms.adapters, buttons, shared=isinstance(backend(kept), RedisStore), events=events)
     # several workers share one budget through the store
     admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
     control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
@@ -136,14 +139,14 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     commands.register("stop", control.stop_command, help=STOP_HELP)
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, buttons=buttons, approvals=approvals,
+        control=control, buttons=buttons, approvals=approvals, asks=asks,
     )
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
         calls=made,
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
-        preferences=preferences, notices=notices, access=access, approvals=approvals, admission=admission,
+        preferences=preferences, notices=notices, access=access, approvals=approvals, asks=asks, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
         live=live,
     )
@@ -168,7 +171,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     if config.rooms:
         rooms = RoomHub(
             config.rooms, agents, kept, outgoing.post_as, targets.canonical,
-            posted=notices.room_posted, missed=notices.room_missed,
+            posted=notices.room_posted, missed=notices.room_missed, asks=lasting.asks,
         )
     schedules = None
     if config.schedules:
@@ -177,7 +180,8 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
             locks=lasting.locks, bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
         )
     turn = AgentTurn(
-        agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events
+        agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events,
+        asks=lasting.asks,
     )
     pipeline = build_pipeline(
         authors=AuthorScreen(kept),

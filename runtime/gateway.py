@@ -65,6 +65,7 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
         return None
     registry = MethodRegistry()
     app.approvals.register_methods(registry)
+    app.asks.register_methods(registry)
     app.access.register_methods(registry, app.adapters)
     if app.rooms is not None:
         app.rooms.register_methods(registry)
@@ -84,6 +85,7 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
         about=partial(_about, app),
         max_upload_bytes=media.max_bytes,
         allow_mime=media.allow_mime,
+        open_asks=app.asks.resent,
     )
     reloads.on_swap(partial(_follow, gateway, registry))
     return gateway

@@ -17,6 +17,7 @@ from botweave.hooks import HookEvent, HookRegistry
 from botweave.metrics import INBOUND, QUEUE_DEPTH
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.approvals import ApprovalDesk
+from botweave.policies.asks import AskDesk
 from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import dedup_key, outage_errors
 from botweave.runtime.generation import Live
@@ -42,6 +43,7 @@ class Handling:
         control: TurnControl,
         buttons: ButtonBook,
         approvals: ApprovalDesk,
+        asks: AskDesk,
     ) -> None:
         self._store = store
         self._dedup_ttl = dedup_ttl
@@ -53,6 +55,7 @@ class Handling:
         self._control = control
         self._buttons = buttons
         self._approvals = approvals
+        self._asks = asks
 
     async def handle(
         self, item: BotMessage | PlatformEvent, inbox: Inbox, *, deduplicated: bool, recorded: Recorded | None
@@ -122,10 +125,18 @@ class Handling:
         finally:
             generation.leave()
 
+    async def answered(self, msg: BotMessage) -> None:
+        """A message that was the answer to an agent's question: counted, and its platform's
+        retry of it kept from starting a turn after all."""
+        key = dedup_key(msg)
+        if key is not None:
+            await self._store.set(key, "1", ttl=self._dedup_ttl)
+        INBOUND.labels(msg.platform, msg.message_type.value, "answer").inc()
+
     async def answer_press(self, event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
         event, known = await self._buttons.read(event)
         if not known:
             stale = (event.action_id or "").startswith(BUTTON_PREFIX)
             return event, PressAnswer("This button no longer works.", alert=True) if stale else PressAnswer()
-        answer = await self._approvals.answer(event)
+        answer = await self._approvals.answer(event) or await self._asks.answer(event)
         return event, answer or PressAnswer()

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.store import Operation, Put, Store
 from botweave.tasks import spawn
-from botweave.tooling import Approvals, ToolContext
+from botweave.tooling import Approvals, Asks, ToolContext
 from botweave.types import BotMessage, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ class TypingIndicator:
         self._timer: asyncio.TimerHandle | None = None
         self._pause: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._held = 0  # questions to the person waiting: the bot is not at work meanwhile
 
     def start(self) -> None:
         if self._settings.mode == "never" or not self._adapter.capabilities.typing:
@@ -174,7 +175,7 @@ class TypingIndicator:
         while not self._stopped:
             stream = self._reply.stream
             quiet_for = time.monotonic() - stream.last_write if stream is not None else interval
-            if quiet_for >= interval:
+            if quiet_for >= interval and not self._held:
                 await self._adapter.typing(self._chat_id, thread_id=self._thread_id)  # never raises
                 if self._stopped:
                     return
@@ -185,6 +186,16 @@ class TypingIndicator:
                 await pause
             finally:
                 wake.cancel()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No indicator while the turn waits for the person (an `ask_user` question): "typing…"
+        would say the bot is writing when it is the person's turn."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
 
     async def stop(self) -> None:
         """No further calls; a call in flight finishes (the turn waits up to TYPING_SETTLE_S)."""
@@ -197,6 +208,20 @@ class TypingIndicator:
         task = self._task
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=TYPING_SETTLE_S)
+
+
+@dataclass(frozen=True)
+class AsksQuietly:
+    """The turn's `Asks`, with its typing indicator held while a question waits."""
+
+    asks: Asks
+    typing: TypingIndicator
+
+    async def ask(
+        self, question: str, options: Sequence[str], timeout_seconds: float, context: ToolContext
+    ) -> dict[str, str]:
+        with self.typing.held():
+            return await self.asks.ask(question, options, timeout_seconds, context)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -217,8 +242,10 @@ class AgentTurn:
         *,
         approvals: Approvals | None = None,
         events: ConversationEvents | None = None,
+        asks: Asks | None = None,
     ) -> None:
         self._approvals = approvals
+        self._asks = asks
         self._events = events
         self._agents = agents
         self._history = history
@@ -276,8 +303,9 @@ class AgentTurn:
         content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
-        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run))
         typing = TypingIndicator(reply)
+        asks = AsksQuietly(self._asks, typing) if self._asks is not None else None
+        tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run, asks=asks))
         typing.start()
         try:
             if reply.can_stream():

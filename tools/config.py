@@ -55,7 +55,8 @@ class ToolEntry(Section):
 
     name: Optional[str] = None
     """A built-in tool by name: `send_message`, `react`, `edit_message`, `delete_message`,
-    `create_thread`, `send_file`, `fetch_url`."""
+    `create_thread`, `send_file`, `fetch_url`, `ask_user` (for `ask_user`, `timeout_seconds`
+    is how long a question waits when the model sets no time: 300 s unless given)."""
     python: Optional[str] = None
     """A Python function, `module:function`, or `module:*` for every `@tool` function of the
     module."""

@@ -14,13 +14,14 @@ from botweave.delivery import Delivery
 from botweave.files import FileLimits
 from botweave.targets import TargetRule, Targets
 from botweave.tooling import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalRule, Egress, NeedsApproval, Tool
+from botweave.tools.asks import AskUser
 from botweave.tools.config import AgentTools, McpServerConfig, ToolEntry
 from botweave.tools.fetch import FetchUrl
 from botweave.tools.mcp import McpServers
 from botweave.tools.messages import MESSAGE_TOOLS, MessageTools
 from botweave.tools.python import function_tool, load_python_tools
 
-BUILTINS = (*MESSAGE_TOOLS, "fetch_url")
+BUILTINS = (*MESSAGE_TOOLS, "fetch_url", "ask_user")
 #: Built-ins that act on messages already posted, which needs the ledger of the bot's own.
 NEEDS_LEDGER = frozenset({"edit_message", "delete_message"})
 
@@ -94,6 +95,8 @@ class Toolsets:
 
     def _builtin(self, agent: str, entry: ToolEntry) -> Tool:
         name = entry.name or ""
+        if name == "ask_user":
+            return AskUser(entry.timeout_seconds)
         if name == "fetch_url":
             return FetchUrl(self._egress_for(agent), timeout_seconds=entry.timeout_seconds)
         if name in MESSAGE_TOOLS:

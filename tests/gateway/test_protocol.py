@@ -34,7 +34,8 @@ async def test_connect_is_answered_with_who_what_and_a_snapshot(app: App) -> Non
     assert sorted(result["events"]) == sorted(EVENT_NAMES)
     assert result["policy"] == {"max_frame_bytes": 65536, "heartbeat_ms": 30000, "max_upload_bytes": 20000000,
                                 "max_buffered": 1000}
-    assert result["snapshot"] == {"sessions": [], "approvals": [], "pairing": []}
+    assert result["snapshot"] == {"sessions": [], "approvals": [], "pairing": [], "asks": []}
+    assert "ask.answer" in result["methods"]
 
 
 async def test_a_reader_is_offered_only_the_methods_it_may_call(app: App) -> None:

@@ -8,7 +8,7 @@ import { agentHue } from "./colour.js";
 import { fill, h, humanSize, keyed, when } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import {
-  addEcho, applyConnect, applyEvent, applyHistory, applySubscribed, conversation, echoFailed, echoSent,
+  addEcho, applyConnect, applyEvent, applyHistory, applySubscribed, asksIn, asksMe, conversation, echoFailed, echoSent,
   initialState, openApprovals, openPairing, resumeCursors, running, timeline, unsentEchoes,
 } from "./reducer.js";
 import { endSession, exchangeCode, takeCode, tokenNeeded, tokens } from "./signin.js";
@@ -46,6 +46,7 @@ class Page {
     this.view = "chats";
     this.open = null; // the conversation key shown in the main pane (chat or watch)
     this.editing = null; // the id of the message being edited
+    this.answering = null; // the id of the question whose answer is being sent
     this.search = "";
     this.attachments = []; // {id, file, url, state, ref, error} waiting to be sent with the next message
     this.files = new Map(); // file_id -> Promise of an object URL
@@ -583,7 +584,15 @@ class Page {
     this.conversationHead(head, key, session);
     const nearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 80;
     const approvals = openApprovals(this.state, key);
-    const items = timeline(this.state, key).map((item) => ({ ...item, sig: this.signature(item, approvals) }));
+    const asks = asksIn(this.state, key);
+    const asked = new Map(asks.filter((a) => a.message_id).map((a) => [String(a.message_id), a]));
+    const items = timeline(this.state, key).map((item) => {
+      const ask = item.kind === "message" ? asked.get(String(item.message.id)) : undefined;
+      const withAsk = ask ? { ...item, ask } : item;
+      return { ...withAsk, sig: this.signature(withAsk, approvals) };
+    });
+    const shown = new Set(items.filter((i) => i.ask).map((i) => i.ask.id));
+    for (const ask of asks) if (!shown.has(ask.id) && !ask.outcome) items.push({ kind: "ask", key: `q:${ask.id}`, ask, sig: this.askSig(ask) });
     if (approvals.length) {
       const placed = new Set(items.filter((i) => i.kind === "run").flatMap((i) => this.cardsFor(i.run, approvals).map((a) => a.id)));
       for (const approval of approvals) if (!placed.has(approval.id)) items.push({ kind: "approval", key: `a:${approval.id}`, approval, sig: JSON.stringify(approval) });
@@ -625,9 +634,14 @@ class Page {
   }
 
   signature(item, approvals) {
-    if (item.kind === "message") return `${item.message._rev}:${this.editing === item.message.id}:${item.live?.length ?? -1}`;
+    if (item.kind === "message") return `${item.message._rev}:${this.editing === item.message.id}:${item.live?.length ?? -1}:${item.ask ? this.askSig(item.ask) : ""}`;
+    if (item.kind === "ask") return this.askSig(item.ask);
     if (item.kind === "run") return `${item.run.rev}:${item.showText}:${item.replied}:${this.cardsFor(item.run, approvals).map((a) => a.id).join(",")}`;
     return `${item.echo.state}:${item.echo.error ?? ""}`;
+  }
+
+  askSig(ask) {
+    return `${ask.id}:${ask.outcome ?? "open"}:${ask.value ?? ""}:${this.answering === ask.id}`;
   }
 
   /** Approval cards shown inside a run: those for the tools it is waiting on. */
@@ -729,13 +743,14 @@ class Page {
   }
 
   timelineItem(item, session, approvals) {
-    if (item.kind === "message") return this.messageEl(item.live === undefined ? item.message : { ...item.message, text: item.live, _live: true }, session);
+    if (item.kind === "message") return this.messageEl(item.live === undefined ? item.message : { ...item.message, text: item.live, _live: true }, session, item.ask);
+    if (item.kind === "ask") return this.askCard(item.ask);
     if (item.kind === "run") return this.runEl(item, approvals);
     if (item.kind === "approval") return this.approvalCard(item.approval, true);
     return this.echoEl(item.echo, session);
   }
 
-  messageEl(message, session) {
+  messageEl(message, session, ask = undefined) {
     const kind = message.author?.kind ?? "bot";
     const el = h("article", { class: `msg msg-${kind}${message._live ? " live" : ""}`, dataset: { id: message.id, kind } });
     const name = message.agent?.name ?? message.author?.name ?? kind;
@@ -760,7 +775,8 @@ class Page {
     body.append(renderMarkdown(document, message.text ?? ""));
     el.append(body);
     if (message.attachments?.length) el.append(this.filesEl(message.attachments));
-    if (message.buttons?.length) el.append(h("div", { class: "msg-buttons" }, message.buttons.map((b) => h("span", { class: "chip" }, b.label))));
+    if (ask) el.append(this.askControls(ask));
+    else if (message.buttons?.length) el.append(h("div", { class: "msg-buttons" }, message.buttons.map((b) => h("span", { class: "chip" }, b.label))));
     if (message.reactions?.length) el.append(h("div", { class: "reactions" }, message.reactions.join(" ")));
     return el;
   }
@@ -848,6 +864,52 @@ class Page {
       el.append(h("div", { class: "msg-actions" }, h("button", { class: "quiet small", onclick: () => this.sendEcho(echo.conversation ?? this.open, echo) }, "Send again")));
     }
     return el;
+  }
+
+  /** A question an agent asked whose message is not in view (a watched conversation). */
+  askCard(ask) {
+    const card = h("section", { class: "ask card", "aria-label": "A question for you" });
+    card.append(h("p", { class: "ask-question" }, ask.question ?? ""));
+    card.append(this.askControls(ask));
+    return card;
+  }
+
+  /**
+   * How a question is answered here: a button per option, or a line to type the answer in;
+   * only for the person asked (others see whom it waits for), and gone once it ended.
+   */
+  askControls(ask) {
+    const box = h("div", { class: "ask", dataset: { ask: ask.id, state: ask.outcome ?? "open" } });
+    if (ask.outcome) {
+      box.append(h("p", { class: "outcome" }, ask.outcome === "answered" ? `Answered: ${ask.value ?? ""}` : ask.outcome));
+      return box;
+    }
+    if (!asksMe(this.state, ask) || !this.can("ask.answer")) {
+      box.append(h("p", { class: "muted small-text" }, `waiting for ${ask.asked?.name ?? "the person asked"}`));
+      return box;
+    }
+    const busy = this.answering === ask.id;
+    if (ask.options?.length) {
+      box.append(h("div", { class: "row ask-options" }, ask.options.map((option) =>
+        h("button", { type: "button", class: "primary small", disabled: busy, onclick: () => this.answerAsk(ask, option) }, option))));
+      return box;
+    }
+    const input = h("input", { type: "text", class: "ask-input", "aria-label": "Your answer", placeholder: "Your answer", disabled: busy });
+    box.append(h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); if (input.value.trim()) this.answerAsk(ask, input.value); } },
+      input, h("button", { type: "submit", class: "primary small", disabled: busy }, "Answer")));
+    return box;
+  }
+
+  async answerAsk(ask, value) {
+    this.answering = ask.id;
+    this.renderMain();
+    try {
+      await this.call("ask.answer", { id: ask.id, value });
+    } catch (error) {
+      this.complain(error);
+    }
+    this.answering = null;
+    this.renderMain();
   }
 
   /** An approval's card; `inline` when shown inside its own conversation. */

@@ -24,6 +24,7 @@ export function initialState() {
     conversations: new Map(), // key -> conversation model (see conversation())
     approvals: new Map(), // id -> Approval, with `outcome` and `by` once resolved
     pairing: new Map(), // "platform:user_id" -> PairingRequest, with `outcome` once resolved
+    asks: new Map(), // id -> Ask (an agent's question), with `outcome` and `value` once it ended
     presence: [],
     listing: [], // what conversations.list answered, newest activity first
   };
@@ -75,6 +76,9 @@ export function applyConnect(state, result) {
   }
   if (Array.isArray(snapshot.pairing)) {
     state.pairing = new Map(snapshot.pairing.map((p) => [pairingKey(p), p]));
+  }
+  if (Array.isArray(snapshot.asks)) {
+    for (const ask of snapshot.asks) state.asks.set(ask.id, { ...state.asks.get(ask.id), ...ask, outcome: undefined });
   }
 }
 
@@ -203,6 +207,18 @@ function applyNotice(state, event, data) {
       state.approvals.set(data.id, { ...known, outcome: data.outcome, by: data.by });
       return "applied";
     }
+    case "ask": {
+      // An agent's question; the same id again is the copy a resumed connection is sent.
+      const known = state.asks.get(data.id);
+      if (known && known.outcome) return "duplicate";
+      state.asks.set(data.id, { ...known, ...data });
+      return known ? "duplicate" : "applied";
+    }
+    case "ask.resolved": {
+      const known = state.asks.get(data.id) ?? { id: data.id, session: data.session };
+      state.asks.set(data.id, { ...known, outcome: data.outcome, value: data.value, by: data.by });
+      return "applied";
+    }
     case "pairing.requested":
       state.pairing.set(pairingKey(data), { ...data });
       return "applied";
@@ -303,6 +319,21 @@ export function openApprovals(state, convKey = null) {
   return [...state.approvals.values()]
     .filter((a) => !a.outcome && (convKey === null || a.conversation === convKey))
     .sort((a, b) => (a.deadline ?? 0) - (b.deadline ?? 0));
+}
+
+/** The questions agents asked in a conversation (open or ended), oldest deadline first. */
+export function asksIn(state, convKey) {
+  return [...state.asks.values()]
+    .filter((a) => a.conversation === convKey)
+    .sort((a, b) => (a.deadline ?? 0) - (b.deadline ?? 0));
+}
+
+/** Whether the signed-in principal is the person a question waits for. */
+export function asksMe(state, ask) {
+  const asked = ask.asked ?? {};
+  const principal = state.principal ?? {};
+  if (asked.platform === "web") return asked.user_id === principal.name;
+  return Boolean(principal.user) && principal.user === `${asked.platform}:${asked.user_id}`;
 }
 
 /** Pairing requests nobody has answered yet. */
