@@ -48,6 +48,7 @@ from botweave.config import PlatformConfig
 from botweave.events import ConversationEvents
 from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
+from botweave.store import Store
 from botweave.tasks import register_secret
 from botweave.types import (
     ActionStatus,
@@ -280,6 +281,10 @@ class Adapter(ABC):
         #: The conversation events of the runtime this adapter is bound to, when the gateway is
         #: configured (an `events_native` platform shows its messages through them).
         self.events: ConversationEvents | None = None
+        #: The runtime's store, for a platform that must remember what its API cannot tell it
+        #: again (WhatsApp: when a person last wrote, what a quoted message said); None until
+        #: bound, and in tools that use an adapter alone (doctor).
+        self.store: Store | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -334,12 +339,19 @@ class Adapter(ABC):
     # --- inbound -----------------------------------------------------------------------------
 
     def bind(
-        self, sink: InboundSink, presses: PressHandler | None = None, *, events: ConversationEvents | None = None
+        self,
+        sink: InboundSink,
+        presses: PressHandler | None = None,
+        *,
+        events: ConversationEvents | None = None,
+        store: Store | None = None,
     ) -> None:
         self._sink = sink
         self._presses = presses
         if events is not None:  # bound again by someone who taps the sink: the events stay
             self.events = events
+        if store is not None:
+            self.store = store
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer
