@@ -58,6 +58,8 @@ class WhatsAppAdapter(Adapter):
         self.display_phone = ""  # the business number as people see it, known once logged in
         self._session: aiohttp.ClientSession | None = None
         self._graph: GraphClient | None = None
+        #: What the adapter remembers in the store (the window, quotes, ids); set by start().
+        self.memory = Memory(None)
         self._tasks = TaskOwner("whatsapp")
 
     @property
@@ -103,7 +105,7 @@ class WhatsAppAdapter(Adapter):
         self.self_user = BotUser(
             user_id=self.config.phone_number_id.strip(), username=self.display_phone, display_name=name, is_bot=True
         )
-        memory = Memory(self.store)
+        self.memory = memory = Memory(self.store)
         self.inbound = WhatsAppInbound(self, memory, phone_number_id=self.config.phone_number_id.strip())
         self.outbound = WhatsAppOutbound(
             graph, memory, template=self.config.template, window_hours=self.config.window_hours
