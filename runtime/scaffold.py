@@ -57,6 +57,22 @@ PLATFORMS: dict[str, str] = {
     app_token: "${SLACK_APP_TOKEN:-}"
     mode: socket             # or http (then set signing_secret and expose http_port)
 """,
+    "whatsapp": """\
+  # WhatsApp (Cloud API): WhatsApp Manager > API Setup gives the phone number id; a system
+  # user's token (whatsapp_business_messaging); the Meta app's secret (App settings > Basic);
+  # verify_token is any phrase you also type into the app's webhook settings. Meta posts to
+  # https://<your host>/whatsapp, proxied to listen.
+  whatsapp:
+    phone_number_id: "${WHATSAPP_PHONE_NUMBER_ID:-}"
+    access_token: "${WHATSAPP_ACCESS_TOKEN:-}"
+    app_secret: "${WHATSAPP_APP_SECRET:-}"
+    verify_token: "${WHATSAPP_VERIFY_TOKEN:-}"
+    listen: "0.0.0.0:8443"
+    path: /whatsapp
+    # Messages to someone silent for 24 hours (schedules, rooms, notifications) must be an
+    # approved template; without one they fail with an error that says so.
+    # template: {name: my_update, language: en_US}
+""",
 }
 
 OPS = """\
