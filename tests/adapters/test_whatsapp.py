@@ -362,3 +362,30 @@ async def test_metas_own_window_refusal_reads_as_the_window(bot: Bot, emulator: 
     result = await bot.adapter.send(str(ANN.wa_id), "late")
     assert result.status == "failed" and "24-hour" in result.detail
     assert emulator.refused and emulator.refused[-1]["error_code"] == 131047
+
+
+# --- the browser UI's Watch view ---------------------------------------------------------------
+
+
+async def test_a_whatsapp_chat_is_listed_and_watched_live_from_the_gateway(start_app, emulator: WhatsAppEmulator) -> None:
+    from tests.gateway.support import TOKEN_CONFIG, client, collect
+
+    app = await start_app({
+        "bot": {"unknown_user_policy": "allow"},
+        "agents": {"assistant": {"model": "offline/echo"}},
+        "platforms": {"whatsapp": emulator.section()},
+        "gateway": {"listen": "127.0.0.1:0", "tokens": TOKEN_CONFIG},
+    })
+    running = Bot(app, emulator)
+    conversation = f"whatsapp:dm:{ANN.wa_id}"
+    await emulator.says(ANN, "first words")
+    await running.texts(ANN, 1)
+    async with client(app, "eve") as eve:  # read scope is all the Watch view needs
+        listed = (await eve.call("conversations.list", {"platform": "whatsapp"}))["conversations"]
+        assert [c["conversation"] for c in listed] == [conversation]
+        assert listed[0]["platform"] == "whatsapp"
+        await eve.subscribe(conversation)
+        await emulator.says(ANN, "watched live")
+        events = await collect(eve, lambda seen: sum(e.event == "message" for e in seen) >= 2)
+    messages = [(e.data["author"]["kind"], e.data["text"]) for e in events if e.event == "message"]
+    assert messages[:2] == [("user", "watched live"), ("bot", ECHO + "watched live")]
