@@ -48,6 +48,8 @@ class WhatsAppAdapter(Adapter):
     emits = frozenset({"reaction_added", "reaction_removed", "button_pressed"})
     # The indicator shows for 25 seconds or until the next message.
     typing_interval_s = 20.0
+    # A keyed send's key comes back in its statuses, which the inbound side notes (outbound.py).
+    idempotency = "lookup"
 
     def __init__(self, config: WhatsAppConfig | None = None) -> None:
         super().__init__(config or WhatsAppConfig())

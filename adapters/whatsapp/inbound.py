@@ -19,8 +19,9 @@ a payload can stop the rest of the batch.
   pressed (`interactive`) becomes `button_pressed` with the button's id; a template's
   quick-reply button (`button`) is the text it shows. Other kinds (location, contacts,
   orders, system notices) are read as what they say where that is short, else skipped.
-- Statuses (sent, delivered, read, failed) never start a turn; a failed one is logged with
-  Meta's reason, since the sender of that reply is no longer waiting for it.
+- Statuses (sent, delivered, read, failed) never start a turn; one carrying a keyed send's
+  key (`biz_opaque_callback_data`) is noted, so delivery can tell that send went out; a
+  failed one is logged with Meta's reason.
 - Meta delivers at least once and may send a message again in a different envelope (a
   new batch, other statuses beside it), so a repeat is recognised by the message id, not by
   the body; the runtime's dedup (by platform, chat and message id, in the store) catches
@@ -133,7 +134,7 @@ class WhatsAppInbound:
                     log.info("whatsapp: skipped a notification for another phone number id")
                     continue
                 for status in _list(value, "statuses"):
-                    self._status(status)
+                    await self._status(status)
                 contacts = _list(value, "contacts")
                 for message in _list(value, "messages"):
                     if isinstance(message, dict) and not await self._message(message, contacts):
@@ -141,10 +142,14 @@ class WhatsAppInbound:
         if refused:
             raise RuntimeError(f"the runtime did not take {refused} message(s)")
 
-    def _status(self, status: Any) -> None:
-        """A status of one of the bot's messages: counted, never a turn; a failure logged."""
+    async def _status(self, status: Any) -> None:
+        """A status of one of the bot's messages: counted, never a turn. One that carries a
+        chunk key tells delivery the chunk went out; a failure is logged."""
         self.stats["status"] += 1
-        if _text(status, "status") == "failed":
+        state, key, message_id = _text(status, "status"), _text(status, "biz_opaque_callback_data"), _text(status, "id")
+        if key and message_id and state in ("sent", "delivered", "read"):
+            await self._memory.reported_sent(key, message_id)
+        if state == "failed":
             errors = [e for e in _list(status, "errors") if isinstance(e, dict)]
             reason = "; ".join(f"{_text(e, 'code')} {_text(e, 'title')}".strip() for e in errors) or "no reason given"
             log.warning("whatsapp: message %s could not be delivered: %s", _text(status, "id")[:80], reason[:300])

@@ -6,8 +6,9 @@ free-form message may go to a person only within 24 hours of their last message 
 customer-service window); after that, only an approved template. So the adapter notes, as it
 goes, when each chat last wrote and its latest message id (the read receipt and typing
 indicator name it), what each message said (the bot's own too) so a quote can be shown to
-the model, and which phone number a business-scoped user id belongs to, so a person keeps
-one identity when Meta sends only the new id. With a shared store every process sees the
+the model, which phone number a business-scoped user id belongs to, so a person keeps
+one identity when Meta sends only the new id, and which keyed send Meta reported as sent
+(its status carries the key back), so a send whose answer was lost is not sent twice. With a shared store every process sees the
 same (a worker sends, the ingress received); without one (an adapter used alone) it is
 kept in memory.
 
@@ -29,6 +30,8 @@ MESSAGE_TTL_S = 30 * 86400.0
 #: can be told apart from "never wrote".
 WINDOW_MARK_TTL_S = 90 * 86400.0
 ALIAS_TTL_S = 365 * 86400.0
+#: How long a status that names a chunk key is kept: longer than any takeover takes.
+CHUNK_TTL_S = 7 * 86400.0
 
 
 def window_open(last_inbound: float | None, now: float, hours: float = 24.0) -> bool:
@@ -83,6 +86,15 @@ class Memory:
             return Remembered(str(value.get("text") or ""), str(value.get("author") or "user"), attachments)
         except (ValueError, AttributeError):
             return None
+
+    # --- keyed sends, as Meta's statuses report them ------------------------------------------
+
+    async def reported_sent(self, key: str, message_id: str) -> None:
+        """Meta reported the message sent with `key` (its `biz_opaque_callback_data`)."""
+        await self.store.set(f"whatsapp:chunk:{key}", message_id, ttl=CHUNK_TTL_S)
+
+    async def sent_under(self, key: str) -> str | None:
+        return await self.store.get(f"whatsapp:chunk:{key}")
 
     # --- business-scoped user ids ------------------------------------------------------------
 

@@ -18,9 +18,11 @@
   not written lately) a text goes out as the configured `template`, or is refused with an
   error that says why and what to set; a file, buttons or a reaction are refused there.
   Meta's own refusal (code 131047, its clock against ours) reads the same way.
-- Sends are not idempotent: a send whose answer was lost is sent again by delivery (at
-  least once), so only an answer that proves nothing was posted (a refusal, a rate limit)
-  is final; see docs/delivery.md.
+- Sends have no idempotency key, but a keyed send carries its chunk key as
+  `biz_opaque_callback_data`, which Meta hands back in the message's statuses: the inbound
+  side notes it (memory.py), and `find_sent` answers from that note when delivery asks
+  whether a send whose answer was lost went out. A status that has not arrived yet cannot
+  say so, and the chunk is sent again: at least once; see docs/delivery.md.
 """
 
 from __future__ import annotations
@@ -115,14 +117,27 @@ class WhatsAppOutbound(Outbound):
     # --- text ----------------------------------------------------------------------------
 
     async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str | None:
+        return await self._text(chat_id, text, reply_to, None)
+
+    async def send_keyed(
+        self, chat_id: str, text: str, *, key: str, thread_id: str | None, reply_to: str | None
+    ) -> str | None:
+        return await self._text(chat_id, text, reply_to, key)
+
+    async def find_sent(self, chat_id: str, key: str, *, thread_id: str | None, since: float) -> str | None:
+        return await self._memory.sent_under(key)
+
+    async def _text(self, chat_id: str, text: str, reply_to: str | None, key: str | None) -> str:
         last = await self._last_inbound(chat_id)
         if window_open(last, now(), self._window_hours):
             body: dict[str, Any] = {"type": "text", "text": {"body": to_whatsapp(text), "preview_url": False}}
-            message_id = await self._post(chat_id, body, reply_to)
         elif self._template is not None:
-            message_id = await self._post(chat_id, self._template_body(text), None)
+            body, reply_to = self._template_body(text), None
         else:
             raise OutsideWindow(chat_id, last, "a message")
+        if key is not None:
+            body["biz_opaque_callback_data"] = key[:512]
+        message_id = await self._post(chat_id, body, reply_to)
         await self._memory.remember(message_id, Remembered(text, "bot"))
         return message_id
 

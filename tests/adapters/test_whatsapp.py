@@ -389,3 +389,27 @@ async def test_a_whatsapp_chat_is_listed_and_watched_live_from_the_gateway(start
         events = await collect(eve, lambda seen: sum(e.event == "message" for e in seen) >= 2)
     messages = [(e.data["author"]["kind"], e.data["text"]) for e in events if e.event == "message"]
     assert messages[:2] == [("user", "watched live"), ("bot", ECHO + "watched live")]
+
+
+# --- delivery ----------------------------------------------------------------------------------
+
+
+async def test_a_send_whose_answer_was_lost_is_found_by_its_status_not_sent_twice(
+    bot: Bot, emulator: WhatsAppEmulator
+) -> None:
+    emulator.report_statuses = True  # Meta reports `sent` with the key the send carried
+    emulator.hang_up_sends = 1  # the reply goes out, its answer never comes back
+    await emulator.says(ANN, "answer me once")
+    await bot.texts(ANN, 1)
+    await asyncio.sleep(2.5)  # beyond delivery's resend pauses
+    await bot.app.drain()
+    assert emulator.texts_to(ANN) == [ECHO + "answer me once"]
+    [sent] = emulator.sent_to(ANN)
+    assert sent.body["biz_opaque_callback_data"].startswith("out:whatsapp:")
+
+
+async def test_without_a_status_the_lost_send_is_sent_again_at_least_once(bot: Bot, emulator: WhatsAppEmulator) -> None:
+    emulator.hang_up_sends = 1  # and no status comes: nothing tells the bot it went out
+    await emulator.says(ANN, "answer me")
+    await bot.texts(ANN, 2)
+    assert emulator.texts_to(ANN) == [ECHO + "answer me"] * 2  # shown twice, never lost

@@ -25,6 +25,7 @@ signed with `X-Hub-Signature-256` (or forged, or unsigned), answering Meta's way
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
@@ -147,6 +148,13 @@ class WhatsAppEmulator:
         self.last_inbound: dict[str, float] = {}  # address -> when they last wrote
         self.people_messages: dict[str, dict[str, Any]] = {}  # id -> a person's message as sent
         self.webhook_url = ""
+        #: Report each accepted message's `sent` status to the webhook, as Meta does (with the
+        #: message's `biz_opaque_callback_data`), signed.
+        self.report_statuses = False
+        self.status_reports: list[asyncio.Task[Delivery]] = []
+        #: Sends to carry out and then hang up on before answering: the message went out, the
+        #: bot cannot know it (the case a send must not be repeated for).
+        self.hang_up_sends = 0
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -169,6 +177,8 @@ class WhatsAppEmulator:
         return self
 
     async def stop(self) -> None:
+        for task in self.status_reports:
+            task.cancel()
         if self._session is not None:
             await self._session.close()
         if self._runner is not None:
@@ -303,6 +313,15 @@ class WhatsAppEmulator:
             return self._refuse(body, 400, 100, "(#100) Invalid parameter", "context must be an object")
         sent = Sent(self._new_id(), to, body)
         self.sent.append(sent)
+        if self.report_statuses and self.webhook_url:
+            extra = {"biz_opaque_callback_data": body["biz_opaque_callback_data"]} if "biz_opaque_callback_data" in body else {}
+            person = Person("", wa_id=to) if body.get("to") else Person("", user_id=to)
+            report = self.notification(statuses=[self.status(sent.id, person, "sent", **extra)])
+            self.status_reports.append(asyncio.get_running_loop().create_task(self.deliver(report)))
+        if self.hang_up_sends > 0:
+            self.hang_up_sends -= 1
+            if request.transport is not None:
+                request.transport.abort()
         contact = {"input": to, "wa_id": to} if body.get("to") else {"input": to, "user_id": to}
         return web.json_response(
             {"messaging_product": "whatsapp", "contacts": [contact], "messages": [{"id": sent.id}]}
