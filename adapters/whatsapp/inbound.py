@@ -283,7 +283,7 @@ class WhatsAppInbound:
             if filename:
                 attachment["filename"] = clean_text(filename)[:200]
             if kind == "audio" and media.get("voice") is True:
-                attachment["voice"] = True
+                attachment["type"] = "voice"
             types = {"image": MessageType.IMAGE, "audio": MessageType.AUDIO, "video": MessageType.VIDEO,
                      "sticker": MessageType.STICKER, "document": MessageType.FILE}
             return clean_text(_text(media, "caption")), [attachment], types[kind]

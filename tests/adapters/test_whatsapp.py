@@ -413,3 +413,41 @@ async def test_without_a_status_the_lost_send_is_sent_again_at_least_once(bot: B
     await emulator.says(ANN, "answer me")
     await bot.texts(ANN, 2)
     assert emulator.texts_to(ANN) == [ECHO + "answer me"] * 2  # shown twice, never lost
+
+
+# --- voice notes and documents, read for a real model ------------------------------------------
+
+
+async def test_a_voice_note_and_a_document_reach_the_model_as_text(emulator: WhatsAppEmulator, openai_emulator) -> None:
+    from tests.emulators.openai import DEFAULT_TRANSCRIPT
+
+    llm = openai_emulator
+    model = {"model": "openai/gpt-4o", "api_base": llm.base_url, "api_key": "sk-loopback"}
+    app = App.from_config({
+        "bot": {"unknown_user_policy": "allow"},
+        "media": {"transcription": {"model": "openai/whisper-1", "api_base": llm.base_url, "api_key": "sk-loopback"}},
+        "agents": {"assistant": model},
+        "platforms": {"whatsapp": emulator.section()},
+    })
+    await app.start()
+    running = Bot(app, emulator)
+    try:
+        ogg = b"OggS" + bytes(200)
+        voice = emulator.media_message(ANN, "audio", ogg, "audio/ogg; codecs=opus", voice=True)
+        await emulator.deliver(emulator.notification(messages=[voice], contacts=[ANN.contact()]))
+        await running.texts(ANN, 1)
+        (sent,) = llm.transcriptions
+        assert sent.data == ogg
+        assert llm.last_user_text(0) == f"[voice] {DEFAULT_TRANSCRIPT}"
+
+        report = b"Quarterly numbers: revenue grew 42 percent."
+        document = emulator.media_message(ANN, "document", report, "text/plain", caption="summarise",
+                                          filename="q3.txt")
+        await emulator.deliver(emulator.notification(messages=[document], contacts=[ANN.contact()]))
+        await running.texts(ANN, 2)
+        assert "revenue grew 42 percent" in llm.last_user_text(1) and "summarise" in llm.last_user_text(1)
+        assert [authorised for _, authorised in emulator.media_fetches] == [True, True]
+        for request in llm.requests:  # neither the token nor the download address reaches the model
+            assert TOKEN not in str(request) and "/media/" not in str(request)
+    finally:
+        await app.stop()
