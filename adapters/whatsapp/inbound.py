@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +49,6 @@ log = logging.getLogger(__name__)
 
 PLATFORM = "whatsapp"
 MEDIA_KINDS = ("image", "document", "audio", "video", "sticker")
-#: What the presser of a button is told, sent as a message of its own (WhatsApp has no
-#: private answer to a press).
-PressReply = Callable[[str, str, PressAnswer], Awaitable[None]]
 
 
 def _text(payload: Any, key: str) -> str:
@@ -306,7 +302,9 @@ class WhatsAppInbound:
         )
 
         async def acknowledge(answer: PressAnswer) -> None:
-            if answer.text:
+            # WhatsApp has no toast for a press: only an answer the presser must not miss
+            # (expired, not theirs) becomes a message; "Approved." shows in what follows.
+            if answer.text and answer.alert:
                 await self._adapter.send(chat, answer.text, reply_to=message_id)
 
         self.stats["dispatched"] += 1

@@ -317,7 +317,17 @@ async def test_an_approval_is_decided_with_reply_buttons(emulator: WhatsAppEmula
         await wait_until(lambda: approvaldemo.TRANSFERS, 10, "the transfer")
         await wait_until(lambda: any("transfer returned" in t for t in emulator.texts_to(ANN)), 10, "the answer")
         assert approvaldemo.TRANSFERS == [{"amount": 3, "to": "Bob"}]
-        assert any("Approved" in t for t in emulator.texts_to(ANN))  # the decision, as no edit can show it
+        texts = emulator.texts_to(ANN)
+        assert texts.count("✅ Approved by Ann.") == 1  # the decision, as no edit can show it
+        assert "Approved." not in texts  # the press's own answer would only say it twice
+        again = emulator.person_message(  # the button pressed again, long after: told, nothing runs
+            ANN, "interactive", reply_to=request.id,
+            content={"type": "button_reply", "button_reply": {"id": buttons[1]["reply"]["id"], "title": "Deny"}},
+        )
+        await emulator.deliver(emulator.notification(messages=[again], contacts=[ANN.contact()]))
+        await asyncio.sleep(0.5)
+        await running.app.drain()
+        assert approvaldemo.TRANSFERS == [{"amount": 3, "to": "Bob"}]
     finally:
         approvaldemo.TRANSFERS.clear()
         await running.app.stop()
