@@ -135,11 +135,19 @@ class WhatsAppOutbound(Outbound):
             body, reply_to = self._template_body(text), None
         else:
             raise OutsideWindow(chat_id, last, "a message")
-        if key is not None:
-            body["biz_opaque_callback_data"] = key[:512]
-        message_id = await self._post(chat_id, body, reply_to)
+        try:
+            message_id = await self._post(chat_id, self._keyed(body, key), reply_to)
+        except OutsideWindow:
+            if self._template is None or body["type"] == "template":
+                raise
+            # Meta's clock closed the window before ours did: the template it allows instead
+            message_id = await self._post(chat_id, self._keyed(self._template_body(text), key), None)
         await self._memory.remember(message_id, Remembered(text, "bot"))
         return message_id
+
+    @staticmethod
+    def _keyed(body: dict[str, Any], key: str | None) -> dict[str, Any]:
+        return body if key is None else {**body, "biz_opaque_callback_data": key[:512]}
 
     def _template_body(self, text: str) -> dict[str, Any]:
         template = self._template
@@ -209,12 +217,14 @@ class WhatsAppOutbound(Outbound):
         if not media_id:
             raise ActionError("failed", "the attachment names no media id")
         info = await self._graph.media(media_id)
-        limit.declared(info.get("file_size"))
+        size = info.get("file_size")
+        limit.declared(int(size) if isinstance(size, str) and size.isdigit() else size)
         url = info.get("url")
         if not isinstance(url, str) or not url.startswith(("https://", "http://")):
             raise ActionError("failed", "the Graph API gave no download address for the file")
-        async for chunk in http_chunks(url, limit, headers=self._graph.auth_header, follow_redirects=False,
-                                       refuse_html=True):
+        # A redirect is followed; aiohttp drops the Authorization header when it leads to
+        # another origin, so the token only ever goes where Meta's answer pointed.
+        async for chunk in http_chunks(url, limit, headers=self._graph.auth_header, refuse_html=True):
             yield chunk
 
     # --- receipts and typing ---------------------------------------------------------------

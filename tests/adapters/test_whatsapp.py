@@ -461,3 +461,17 @@ async def test_a_voice_note_and_a_document_reach_the_model_as_text(emulator: Wha
             assert TOKEN not in str(request) and "/media/" not in str(request)
     finally:
         await app.stop()
+
+
+async def test_metas_window_refusal_falls_back_to_the_template(emulator: WhatsAppEmulator) -> None:
+    running = await start_bot(emulator, template={"name": "daily_update"})
+    try:
+        await emulator.says(ANN, "hi")
+        await running.texts(ANN, 1)
+        emulator.age(ANN, 25)  # Meta's clock says the window closed; ours has not noticed
+        result = await running.adapter.send(str(ANN.wa_id), "the update")
+        assert result.ok
+        assert [s.type for s in emulator.sent_to(ANN)] == ["text", "template"]
+        assert emulator.sent_to(ANN)[-1].text == "the update"
+    finally:
+        await running.app.stop()
