@@ -239,7 +239,7 @@ async def test_the_message_is_marked_read_and_typing_hangs_on_it(bot: Bot, emula
     await bot.texts(ANN, 1)
     await wait_until(lambda: message["id"] in emulator.read, what="the read receipt")
     await bot.adapter.typing(str(ANN.wa_id))
-    assert emulator.typing == [message["id"]]
+    assert emulator.typing and set(emulator.typing) == {message["id"]}  # (a slow first turn showed it already)
 
 
 # --- outbound --------------------------------------------------------------------------------
@@ -475,3 +475,19 @@ async def test_metas_window_refusal_falls_back_to_the_template(emulator: WhatsAp
         assert emulator.sent_to(ANN)[-1].text == "the update"
     finally:
         await running.app.stop()
+
+
+async def test_a_slow_answer_shows_the_typing_indicator_on_the_persons_message(emulator: WhatsAppEmulator) -> None:
+    from tests.emulators.openai import OpenAIEmulator
+
+    llm = OpenAIEmulator("the considered answer", delay=2.0)
+    await llm.start()
+    running = await start_bot(emulator, agent={"model": "openai/gpt-4o", "api_base": llm.base_url, "api_key": "sk-x"})
+    try:
+        message, _ = await emulator.says(ANN, "take your time")
+        assert await running.texts(ANN, 1) == ["the considered answer"]
+        assert set(emulator.typing) == {message["id"]}  # shown once the turn outlasted typing.delay_ms
+        assert message["id"] in emulator.read
+    finally:
+        await running.app.stop()
+        await llm.stop()
