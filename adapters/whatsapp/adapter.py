@@ -109,9 +109,7 @@ class WhatsAppAdapter(Adapter):
         )
         self.memory = memory = Memory(self.store)
         self.inbound = WhatsAppInbound(self, memory, phone_number_id=self.config.phone_number_id.strip())
-        self.outbound = WhatsAppOutbound(
-            graph, memory, template=self.config.template, window_hours=self.config.window_hours
-        )
+        self.outbound = WhatsAppOutbound(graph, memory, lambda: self.config)
         if not inbound:
             return
         self.webhook = WebhookServer(

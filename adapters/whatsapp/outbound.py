@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -37,7 +37,7 @@ from botweave.adapter import ActionError, ByteLimit, Outbound, Outcome
 from botweave.files import http_chunks
 from botweave.types import Button, OutboundFile
 
-from .config import TemplateConfig
+from .config import TemplateConfig, WhatsAppConfig
 from .format import cut, one_line, to_whatsapp
 from .graph import NOT_FOUND_CODES, GraphClient, GraphError
 from .memory import Memory, Remembered, now, window_open
@@ -83,13 +83,19 @@ class OutsideWindow(ActionError):
 
 
 class WhatsAppOutbound(Outbound):
-    def __init__(
-        self, graph: GraphClient, memory: Memory, *, template: TemplateConfig | None, window_hours: float
-    ) -> None:
+    def __init__(self, graph: GraphClient, memory: Memory, settings: Callable[[], WhatsAppConfig]) -> None:
         self._graph = graph
         self._memory = memory
-        self._template = template
-        self._window_hours = window_hours
+        #: The section as it is now: a reload's new `template` or `window_hours` applies at once.
+        self._settings = settings
+
+    @property
+    def _template(self) -> TemplateConfig | None:
+        return self._settings().template
+
+    @property
+    def _window_hours(self) -> float:
+        return self._settings().window_hours
 
     # --- the window ----------------------------------------------------------------------
 
