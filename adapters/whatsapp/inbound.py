@@ -94,8 +94,6 @@ def sender_ids(message: dict[str, Any], contacts: list[Any]) -> tuple[str, str, 
         phone = _text(contact, "wa_id")
     if not user_id:
         user_id = _text(contact, "user_id")
-    if user_id == phone:  # a payload that put the BSUID where the number goes
-        phone = "" if not phone.isdigit() else phone
     if phone and not phone.lstrip("+").isdigit():  # `from` holding a BSUID (no number shared)
         user_id, phone = user_id or phone, ""
     return phone.lstrip("+"), user_id, contact
@@ -127,7 +125,8 @@ class WhatsAppInbound:
                 value = _dict(change, "value")
                 number = _text(_dict(value, "metadata"), "phone_number_id")
                 if number and self._phone_number_id and number != self._phone_number_id:
-                    log.info("whatsapp: skipped a notification for another phone number id")
+                    log.warning("whatsapp: skipped a notification for phone number id %s, not this bot's %s",
+                                number[:40], self._phone_number_id)
                     continue
                 for status in _list(value, "statuses"):
                     await self._status(status)

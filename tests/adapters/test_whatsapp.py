@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from botweave import App
 from botweave.adapters.whatsapp.adapter import WhatsAppAdapter
+from botweave.model_calls import litellm_module
 
 from tests import approvaldemo
 from tests.emulators.telegram import png_bytes, wait_until
@@ -46,6 +47,7 @@ class Bot:
 
 async def start_bot(emulator: WhatsAppEmulator, *, agent: dict[str, Any] | None = None, bot: dict[str, Any] | None = None,
                     **section: Any) -> Bot:
+    await asyncio.to_thread(litellm_module)  # its import (seconds on a busy machine) is not what turns wait for
     app = App.from_config(
         {
             "bot": {"unknown_user_policy": "allow", **(bot or {})},
@@ -491,3 +493,12 @@ async def test_a_slow_answer_shows_the_typing_indicator_on_the_persons_message(e
     finally:
         await running.app.stop()
         await llm.stop()
+
+
+async def test_a_notification_for_another_number_of_the_app_is_not_answered(bot: Bot, emulator: WhatsAppEmulator) -> None:
+    body = emulator.notification(messages=[emulator.person_message(ANN, text="for the other number")],
+                                 contacts=[ANN.contact()])
+    body["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] = "999999999"
+    assert (await emulator.deliver(body)).status == 200
+    await emulator.says(ANN, "for this one")
+    assert await bot.texts(ANN, 1) == [ECHO + "for this one"]
