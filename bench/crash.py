@@ -65,7 +65,7 @@ async def main(runs: int, platforms: list[str], faults: list[str], keep: bool) -
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--platforms", default="telegram,discord,slack")
+    parser.add_argument("--platforms", default="telegram,discord,slack,whatsapp")
     parser.add_argument("--faults", default="kill,pause")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's process logs")
     args = parser.parse_args()
