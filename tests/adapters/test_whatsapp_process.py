@@ -89,6 +89,7 @@ async def test_botweave_run_answers_once_across_redelivery_and_restart(tmp_path:
     config = write_config(tmp_path, emulator, webhook, ops)
     emulator.webhook_url = f"http://127.0.0.1:{webhook}/whatsapp"
     proc = await botweave("run", str(config))
+    logged = ""
     try:
         await ready(ops)
         assert await emulator.verify(VERIFY_TOKEN, "challenge-42") == (200, "challenge-42")
