@@ -26,7 +26,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from botweave.adapter import Adapter
@@ -376,7 +376,10 @@ class ApprovalDesk:
             return
         to = Destination(adapter, request.chat_id, request.thread_id, conversation=request.posted_in or None)
         result = await self._delivery.edit(to, request.message_id, f"{request.text}\n\n{decision.line()}", buttons=())
-        if not result.ok:
+        if result.status == "unsupported":  # no edits there (WhatsApp): the decision answers the request
+            answer = replace(to, reply_to=request.message_id)
+            await self._delivery.post(answer, decision.line(), key=f"approval:{request.id}:decision")
+        elif not result.ok:
             log.warning("approval %s: could not show the decision: %s %s", request.id, result.status, result.detail)
 
     async def _forget(self, approval_id: str) -> None:

@@ -65,6 +65,21 @@ PLATFORMS: dict[str, str] = {
     imap: {host: "${IMAP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${IMAP_PASSWORD:-}"}
     smtp: {host: "${SMTP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${SMTP_PASSWORD:-}"}
     allowed_senders: []      # addresses or @domains answered; empty: nobody unless allowed below
+    "whatsapp": """\
+  # WhatsApp (Cloud API): WhatsApp Manager > API Setup gives the phone number id; a system
+  # user's token (whatsapp_business_messaging); the Meta app's secret (App settings > Basic);
+  # verify_token is any phrase you also type into the app's webhook settings. Meta posts to
+  # https://<your host>/whatsapp, proxied to listen.
+  whatsapp:
+    phone_number_id: "${WHATSAPP_PHONE_NUMBER_ID:-}"
+    access_token: "${WHATSAPP_ACCESS_TOKEN:-}"
+    app_secret: "${WHATSAPP_APP_SECRET:-}"
+    verify_token: "${WHATSAPP_VERIFY_TOKEN:-}"
+    listen: "0.0.0.0:8443"
+    path: /whatsapp
+    # Messages to someone silent for 24 hours (schedules, rooms, notifications) must be an
+    # approved template; without one they fail with an error that says so.
+    # template: {name: my_update, language: en_US}
 """,
 }
 

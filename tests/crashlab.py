@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from aiohttp import web
 
@@ -44,6 +46,7 @@ from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import TelegramEmulator
+from tests.emulators.whatsapp import VERIFY_TOKEN, Person, WhatsAppEmulator
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = re.compile(r"c(\d+)-m(\d+)")
@@ -95,6 +98,24 @@ class SlowSlack(SlackEmulator):
             await asyncio.sleep(self.send_delay)
             if _gone(request):
                 self.unanswered += 1
+        return response
+
+
+class SlowWhatsApp(WhatsAppEmulator):
+    """Holds each message send `send_delay` seconds after taking it, and reports its `sent`
+    status to the webhook (with the send's key) as Meta does."""
+
+    def __init__(self, send_delay: float) -> None:
+        super().__init__()
+        self.send_delay = send_delay
+        self.unanswered = 0
+        self.report_statuses = True
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        response = await super()._messages(request)
+        await asyncio.sleep(self.send_delay)
+        if _gone(request):
+            self.unanswered += 1
         return response
 
 
@@ -214,7 +235,50 @@ class SlackSide(Side):
         return [m["text"] for channel in self._channels for m in self.emulator.messages[channel] if m.get("bot_id")]
 
 
-SIDES: dict[str, type[Side]] = {"telegram": TelegramSide, "discord": DiscordSide, "slack": SlackSide}
+class WhatsAppSide(Side):
+    name = "whatsapp"
+
+    async def start(self, send_delay: float) -> None:
+        self.emulator = await SlowWhatsApp(send_delay).start()
+        with socket.socket() as sock:  # the ingress's webhook port
+            sock.bind(("127.0.0.1", 0))
+            self._port = sock.getsockname()[1]
+        self.emulator.webhook_url = f"http://127.0.0.1:{self._port}/whatsapp"
+        self._people: list[Person] = []
+
+    def section(self) -> dict[str, Any]:
+        return self.emulator.section(self._port)
+
+    def open_chats(self, count: int) -> None:
+        self._people = [Person(f"Person{i}", wa_id=str(15_550_000_000 + i), user_id=f"US.{i:020d}") for i in range(count)]
+
+    async def connected(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if (await self.emulator.verify(VERIFY_TOKEN))[0] == 200:
+                    return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the ingress's webhook never answered")
+            await asyncio.sleep(0.1)
+
+    async def say(self, chat: int, text: str) -> None:
+        """Meta delivers until the webhook answers 200 (a 500 means: not recorded)."""
+        person = self._people[chat]
+        message = self.emulator.person_message(person, text=text)
+        body = self.emulator.notification(messages=[message], contacts=[person.contact()])
+        while (await self.emulator.deliver(body)).status != 200:
+            await asyncio.sleep(0.2)
+
+    def answers(self) -> list[str]:
+        return [s.text for s in self.emulator.sent if s.type == "text"]
+
+
+SIDES: dict[str, type[Side]] = {
+    "telegram": TelegramSide, "discord": DiscordSide, "slack": SlackSide, "whatsapp": WhatsAppSide,
+}
 
 
 class EchoModel(OpenAIEmulator):

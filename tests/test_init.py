@@ -55,7 +55,7 @@ def test_on_a_terminal_it_asks_for_what_was_not_given(tmp_path: Path) -> None:
 
     path = tmp_path / "bot.yaml"
     assert init(str(path), None, None, out=io.StringIO(), err=io.StringIO(), interactive=True, read=read) == 0
-    assert asked[0].startswith("Platforms (console, telegram, discord, slack, email)") and asked[1].startswith("Model")
+    assert asked[0].startswith("Platforms (console, telegram, discord, slack") and asked[1].startswith("Model")
     config = load_config(path, env=TOKENS)
     assert set(config.enabled_platforms()) == {"console", "telegram"}
     assert config.agents["assistant"].model == "offline/echo"
@@ -74,3 +74,21 @@ def test_the_cli_writes_the_file_and_refuses_an_unknown_platform(tmp_path: Path)
     unknown = botweave("other.yaml", "--platform", "irc")
     assert unknown.returncode == 2 and "unknown platform(s) irc" in unknown.stderr
     assert not (tmp_path / "other.yaml").exists()
+
+
+def test_whatsapp_is_offered_and_waits_for_its_four_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "bot.yaml"
+    out = io.StringIO()
+    assert init(str(path), ["whatsapp"], "offline/echo", out=out, err=io.StringIO(), interactive=False) == 0
+    assert load_config(path, env={}).missing_credentials("whatsapp") == [
+        f"platforms.whatsapp.{field} is empty (set WHATSAPP_{field.upper()})"
+        for field in ("phone_number_id", "access_token", "app_secret", "verify_token")
+    ]
+    env = {
+        "WHATSAPP_PHONE_NUMBER_ID": "1065", "WHATSAPP_ACCESS_TOKEN": "EAAG", "WHATSAPP_APP_SECRET": "s",
+        "WHATSAPP_VERIFY_TOKEN": "v",
+    }
+    config = load_config(path, env=env)
+    assert config.enabled_platforms() == {"whatsapp": config.platforms.whatsapp}
+    assert config.platforms.whatsapp.listen == "0.0.0.0:8443" and config.platforms.whatsapp.path == "/whatsapp"
+    assert "WHATSAPP_ACCESS_TOKEN" in out.getvalue()

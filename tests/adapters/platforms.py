@@ -35,6 +35,8 @@ from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.slack.format import reaction_to_emoji, unescape
 from botweave.adapters.telegram.adapter import TelegramAdapter
+from botweave.adapters.whatsapp.adapter import WhatsAppAdapter
+from botweave.adapters.whatsapp.config import WhatsAppConfig
 from botweave.events import ConversationEvents
 from botweave.gateway import Client, GatewayConfig, WebAdapter, WebConfig
 from botweave.gateway.server import Gateway
@@ -48,6 +50,7 @@ from tests.emulators.discord import DiscordEmulator
 from tests.emulators.mail import MailEmulator, text_of
 from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
+from tests.emulators.whatsapp import ANN, BOT_NAME, WhatsAppEmulator
 
 Item = BotMessage | PlatformEvent
 
@@ -699,6 +702,86 @@ class EmailDriver(PlatformDriver):
         return await self._mail(text, in_reply_to=to.message_id, references=(to.thread_id or to.message_id,))
 
 
+class WhatsAppDriver(PlatformDriver):
+    """WhatsApp through the Cloud API emulator: Ann writes first (a business may write
+    freely only within 24 hours of a person's message), as every conversation there starts."""
+
+    name = "whatsapp"
+    drops_own_posts = True  # the Cloud API never shows a business its own messages
+    unknown_id = "wamid.HBgLMTY1MDU1NTEyMzQVAgARGBI5QUNEQjg3Q0U2MDk0MUQ5OUIA"
+
+    async def start(self) -> None:
+        self.emu = await WhatsAppEmulator().start()
+        self.chat = self.person = str(ANN.wa_id)
+        await super().start()
+        assert isinstance(self.adapter, WhatsAppAdapter) and self.adapter.webhook is not None
+        self.emu.webhook_url = f"http://127.0.0.1:{self.adapter.webhook.port}/whatsapp"
+        await self.person_says("hello")
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return WhatsAppAdapter(WhatsAppConfig(**self.emu.section()))
+
+    def text_of(self, message_id: str) -> str | None:
+        sent = self.emu.message(message_id)
+        return sent.text if sent is not None else None
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return list(self.emu.reactions.get(message_id, []))
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        sent = self.emu.message(message_id)
+        assert sent is not None
+        return _named(sent.text, r"\*(.+?):\* (.*)") or (BOT_NAME, sent.text)
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        assert user_id == ANN.wa_id
+        return self.emu.texts_to(ANN)
+
+    def sent_so_far(self) -> object:
+        return len(self.emu.sent), len(self.emu.uploads)
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        await self.emu.says(ANN, text)
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        return []
+
+    def files_posted(self) -> list[PostedFile]:
+        posted = []
+        for sent in self.emu.sent_to(ANN):
+            if sent.type in ("image", "document", "audio", "video"):
+                media = sent.body[sent.type]
+                upload = self.emu.uploads[media["id"]]
+                posted.append(PostedFile(sent.type, upload.filename, upload.data, media.get("caption", ""), sent.id))
+        return posted
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        before = len(self.received)
+        kind = "image" if mime.startswith("image/") else "audio" if mime.startswith("audio/") else "document"
+        message = self.emu.media_message(
+            ANN, kind, data, mime, caption=caption, filename=filename, declared_size=declared_size
+        )
+        await self.emu.deliver(self.emu.notification(messages=[message], contacts=[ANN.contact()]))
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.media_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        await self.emu.says(ANN, text, reply_to=to.message_id)
+        return await self._next_message(before)
+
+
 DRIVERS: dict[str, type[PlatformDriver]] = {
-    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver, EmailDriver)
+    driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver, EmailDriver,
+                   WhatsAppDriver)
 }

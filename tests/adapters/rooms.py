@@ -27,6 +27,7 @@ from tests.emulators import slack as slack_emulator
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
+from tests.emulators.whatsapp import ANN, WhatsAppEmulator
 
 ROSTER = ("planner", "researcher", "critic")
 #: What each agent is called in a chat: its display name, or its own name without one.
@@ -398,7 +399,70 @@ class SlackRoom(RoomDriver):
         self.emu.echo_posts = True
 
 
-ROOM_DRIVERS: dict[str, type[RoomDriver]] = {driver.name: driver for driver in (TelegramRoom, DiscordRoom, SlackRoom)}
+class WhatsAppRoom(RoomDriver):
+    """Ann's chat with the business (WhatsApp has one-to-one chats only), where she wrote
+    earlier today, so the 24-hour window is open. WhatsApp cannot change a message's author:
+    each turn starts with the agent's name in bold (`*Name:*`). The Cloud API never shows a
+    business its own messages."""
+
+    name = "whatsapp"
+
+    async def start_emulator(self) -> None:
+        self.emu = await WhatsAppEmulator().start()
+        self.chat = str(ANN.wa_id)
+        self.emu.age(ANN, 1)
+
+    async def stop_emulator(self) -> None:
+        await self.emu.stop()
+
+    def section(self) -> dict[str, Any]:
+        return self.emu.section()
+
+    async def _ready(self) -> None:
+        from botweave.adapters.whatsapp.adapter import WhatsAppAdapter
+        from botweave.model_calls import litellm_module
+
+        adapter = self.adapter
+        assert isinstance(adapter, WhatsAppAdapter) and adapter.webhook is not None
+        self.emu.webhook_url = f"http://127.0.0.1:{adapter.webhook.port}/whatsapp"
+        # what her message an hour ago left in the store: when she wrote
+        await adapter.memory.person_wrote(self.chat, "wamid.earlier", self.emu.last_inbound[self.chat])
+        # litellm's import (seconds on a busy machine) is not what the turn bounds measure
+        await asyncio.to_thread(litellm_module)
+
+    async def _deliver(self, text: str, **where: Any) -> str:
+        message, delivered = await self.emu.says(ANN, text)
+        assert delivered.status == 200
+        return str(message["id"])
+
+    def posts(self, chat: str | None = None) -> list[Post]:
+        posts = []
+        for sent in self.emu.sent:
+            if sent.to != (chat or self.chat) or sent.type != "text":
+                continue
+            named = re.match(r"\*(.+?):\* (.*)", sent.text, re.DOTALL)
+            speaker, words = (named.group(1), named.group(2)) if named else ("", sent.text)
+            posts.append(Post(speaker, words, sent.text, "context" in sent.body, {"id": sent.id}))
+        return posts
+
+    def post_id(self, post: Post) -> str:
+        return str(post.raw["id"])
+
+    def post_calls(self) -> int:
+        return sum(1 for s in self.emu.sent if s.to == self.chat) + sum(
+            1 for r in self.emu.refused if r.get("to") == self.chat
+        )
+
+    def refused_posts(self) -> list[Any]:
+        return list(self.emu.refused)
+
+    async def _settle(self) -> None:
+        """Nothing comes back: the Cloud API does not echo a business's messages."""
+
+
+ROOM_DRIVERS: dict[str, type[RoomDriver]] = {
+    driver.name: driver for driver in (TelegramRoom, DiscordRoom, SlackRoom, WhatsAppRoom)
+}
 
 
 class Verbose:
