@@ -65,6 +65,7 @@ PLATFORMS: dict[str, str] = {
     imap: {host: "${IMAP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${IMAP_PASSWORD:-}"}
     smtp: {host: "${SMTP_HOST:-}", user: "${EMAIL_ADDRESS:-}", password: "${SMTP_PASSWORD:-}"}
     allowed_senders: []      # addresses or @domains answered; empty: nobody unless allowed below
+""",
     "whatsapp": """\
   # WhatsApp (Cloud API): WhatsApp Manager > API Setup gives the phone number id; a system
   # user's token (whatsapp_business_messaging); the Meta app's secret (App settings > Basic);
