@@ -1,25 +1,28 @@
 """The `botweave` command: run, chat, web, check, doctor, reload, init, room, pair, gateway.
 
-Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
-`botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
+Everything beyond the standard library (the app, pydantic and the kernel, litellm, the MCP
+SDK, platform SDKs) is imported inside the subcommand that needs it, so `botweave --help`
+and `--version` answer as fast as Python starts (tests/test_cli.py checks what they load). `run` and `chat` are `App.serve`, the same life of a bot
 process that `App.run()` gives a Python program.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from botweave.runtime.lifecycle import Role
+from botweave.runtime.exits import EXIT_CONFIG, EXIT_STORE
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
-from botweave.runtime.process import EXIT_CONFIG, EXIT_STORE
 from botweave.version import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from botweave.runtime.lifecycle import Role
 
 log = logging.getLogger("botweave")
 
@@ -269,6 +272,8 @@ def _listen(config: Any, section: str, listen: str | None) -> None:
 
 
 def _check(path: str | None) -> int:
+    import asyncio
+
     from botweave.config import ConfigError
     from botweave.runtime.config import unroutable_models
     from botweave.runtime.dump import dump_config
@@ -513,6 +518,8 @@ async def _reload(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
     from botweave.runtime.doctor import doctor
 
     return asyncio.run(doctor(args.config, model=not args.no_model, out=sys.stdout))
@@ -558,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose, args.log_format, args.command)
     if args.command != "init":
         _import_next_to_config(getattr(args, "config", None))
+    import asyncio
+
     from botweave.config import ConfigError
     from botweave.store import StoreUnavailable
 

@@ -19,6 +19,7 @@ from botweave.adapter import Adapter
 from botweave.config import ConfigError
 from botweave.model_calls import import_litellm
 from botweave.runtime.connections import Platforms
+from botweave.runtime.exits import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STORE
 from botweave.runtime.reload import Reloads
 from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, Watchdogs
 from botweave.store import StoreUnavailable
@@ -26,11 +27,6 @@ from botweave.tasks import TaskOwner, spawn
 
 log = logging.getLogger(__name__)
 
-#: Exit codes: a clean stop; an enabled platform that never came up or died; a configuration
-#: that cannot run; a store that cannot be reached at start. The watchdogs add EXIT_STARTUP
-#: (4: not serving within `ops.startup_timeout_seconds`) and EXIT_STALLED (5: the event loop
-#: stalled for twice `ops.loop_stall_seconds`).
-EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
 __all__ = ["EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP", "EXIT_STALLED", "Served", "serve"]
 
 

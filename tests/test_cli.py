@@ -1,6 +1,7 @@
 """The `botweave` command as a user runs it: a subprocess, talking through a pipe."""
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.emulators.telegram import wait_until
@@ -100,6 +102,55 @@ def test_version_and_help_are_fast_and_do_not_import_litellm():
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert probe.stdout.strip() == "False False"
+
+
+#: What `botweave --help` and `--version` must not load: each costs from tens of milliseconds
+#: (pydantic, aiohttp, the kernel's models) to seconds (litellm, the MCP SDK).
+HEAVY_AT_START = (
+    "litellm", "mcp", "mcp_types", "openai", "pydantic", "aiohttp", "yaml", "asyncio", "telegram", "discord",
+    "slack_bolt", "opentelemetry", "prompt_toolkit", "botweave.config", "botweave.types", "botweave.runtime.app",
+    "botweave.runtime.config", "botweave.runtime.process", "botweave.tools", "botweave.gateway", "botweave.adapters",
+)
+
+
+def _loaded_by(argv: list[str]) -> tuple[list[str], str]:
+    """The modules a fresh interpreter holds once `botweave ARGV` has answered, and its output."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print('MODULES=' + json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "from botweave.runtime.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    listed = done.stderr.rsplit("MODULES=", 1)[1]
+    return json.loads(listed), done.stdout
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"]])
+def test_help_and_version_import_nothing_heavy(argv):
+    """The command line imports what a command needs when it runs it: answering --help or
+    --version loads only the standard library and botweave's own few modules for it."""
+    modules, out = _loaded_by(argv)
+    assert out.startswith(("usage: botweave", "botweave "))
+    heavy = [name for name in modules if any(name == top or name.startswith(f"{top}.") for top in HEAVY_AT_START)]
+    assert heavy == []
+    assert [name for name in modules if name.startswith("botweave")] == [
+        "botweave", "botweave.runtime", "botweave.runtime.cli", "botweave.runtime.exits", "botweave.runtime.logs",
+        "botweave.version",
+    ]
+
+
+def test_check_of_an_offline_bot_does_not_import_litellm_or_the_mcp_sdk(tmp_path):
+    """`check` needs the configuration's models, not a model library: with only the offline
+    stand-in it never imports litellm, and an MCP server it lists is not started or imported."""
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents:\n  a:\n    model: offline/echo\n    tools:\n      - mcp: {search: {command: [python, s.py]}}\n"
+        "platforms:\n  console: {}\n"
+    )
+    modules, out = _loaded_by(["check", str(config)])
+    assert "# platforms that would start: console" in out
+    assert "litellm" not in modules and "mcp" not in modules and "mcp_types" not in modules
 
 
 def test_sigint_while_waiting_for_input_exits_cleanly():

@@ -31,12 +31,14 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botweave.tasks import ONE_LINE_FAILURES, TaskOwner, spawn
 from botweave.tooling import ToolContext, ToolError
 from botweave.tools.config import McpServerConfig
-from botweave.tools.mcp_stdio import Command, Link, stdio
+
+if TYPE_CHECKING:
+    from botweave.tools.mcp_stdio import Link
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +225,8 @@ class McpServer:
             await asyncio.wait({holder}, timeout=STOP_TIMEOUT_SECONDS)
 
     async def _hold(self, ready: asyncio.Future[None], wake: asyncio.Event) -> None:
-        from mcp import Client  # the SDK takes a moment to import; only when used
+        from botweave.tools.mcp_stdio import Link  # the SDK takes a moment to import; only when used
+        from mcp import Client
 
         link = Link(self.name, self.config.max_response_bytes, on_lost=wake.set)
         try:
@@ -254,6 +257,8 @@ class McpServer:
 
             http = await stack.enter_async_context(bounded_client(self.config.headers, limit))
             return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=limit)
+        from botweave.tools.mcp_stdio import Command, stdio
+
         return stdio(Command(self.config.command or [], self.config.env, self.config.cwd), link)
 
     async def _list_tools(self, client: Any) -> list[Any]:
