@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -192,7 +193,10 @@ async def _serve(
     signin: bool = False,
     loader: Callable[[], Any] | None = None,
     watchdogs: Any = None,
+    hangup: _EarlyHangup | None = None,
 ) -> int:
+    import asyncio
+
     from botweave.runtime.app import App
     from botweave.store import is_shared
 
@@ -210,6 +214,8 @@ async def _serve(
         from botweave.runtime.web import attach_signin
 
         attach_signin(app)
+    if hangup is not None:  # runs at serve's first pause, once its own SIGHUP handler is in place
+        asyncio.get_running_loop().call_soon(hangup.hand_on)
     return await app.serve(platforms, on_started=tune_own_process, watchdogs=watchdogs)
 
 
@@ -555,8 +561,48 @@ def _import_next_to_config(path: str | None) -> None:
             sys.path.insert(0, folder)
 
 
+class _EarlyHangup:
+    """SIGHUP from the first line of `main`: while the bot still starts (the configuration and
+    its tools' imports can take seconds) a SIGHUP must not end the process by the signal's
+    default action, silently, where a supervisor such as systemd's `Restart=on-failure` sees
+    a death it does not restart. For `run` and `web`, where SIGHUP asks for a reload, one that
+    arrived this early is handed to the serving bot, which applies it once it serves; every
+    other command gets the default action back (a closed terminal ends `chat`), taken at once
+    if the signal already came."""
+
+    def __init__(self) -> None:
+        self.arrived = False
+        self._signal = getattr(signal, "SIGHUP", None)  # not on Windows
+        if self._signal is not None:
+            try:
+                signal.signal(self._signal, self._record)
+            except ValueError:  # not the main thread (main() called from a program's thread)
+                self._signal = None
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self.arrived = True
+
+    def default(self) -> None:
+        """This command leaves SIGHUP to its default action, as if it had been all along."""
+        if self._signal is None:
+            return
+        signal.signal(self._signal, signal.SIG_DFL)
+        if self.arrived:
+            os.kill(os.getpid(), self._signal)
+
+    def hand_on(self) -> None:
+        """The serving bot has its own handler by now (installed as `App.serve` begins): the
+        one that came early reaches it the way a new one would."""
+        if self._signal is not None and self.arrived:
+            log.info("SIGHUP arrived while the configuration was loading")
+            os.kill(os.getpid(), self._signal)
+
+
 def main(argv: list[str] | None = None) -> int:
+    hangup = _EarlyHangup()
     args = _parser().parse_args(argv)
+    if args.command not in ("run", "web"):
+        hangup.default()
     watchdogs = None
     if args.command in ("run", "web"):  # the deadline counts from here: loading the configuration is starting
         from botweave.runtime.watchdog import Watchdogs
@@ -597,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
             loader = partial(
                 _reloaded, args.config, args.ephemeral, gateway=config.gateway.listen, builtin=BUILTIN_WEB_CONFIG
             )
-            _exit_now(asyncio.run(_serve(config, None, signin=True, loader=loader, watchdogs=watchdogs)))
+            _exit_now(asyncio.run(_serve(config, None, signin=True, loader=loader, watchdogs=watchdogs, hangup=hangup)))
         config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             from botweave.adapters.console.inbound import is_terminal
@@ -610,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         _listen(config, "ops", args.ops_listen)
         _listen(config, "gateway", args.gateway_listen)
         loader = partial(_reloaded, args.config, args.ephemeral, ops=args.ops_listen, gateway=args.gateway_listen)
-        _exit_now(asyncio.run(_serve(config, None, args.role, loader=loader, watchdogs=watchdogs)))
+        _exit_now(asyncio.run(_serve(config, None, args.role, loader=loader, watchdogs=watchdogs, hangup=hangup)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -558,3 +558,75 @@ def test_a_python_tool_next_to_bot_yaml_imports_wherever_the_command_runs(tmp_pa
     result = botweave("check", str(folder / "bot.yaml"), cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert "nearby_tools:shout" in result.stdout
+
+
+def test_a_sighup_while_the_bot_starts_is_applied_once_it_serves(tmp_path, private_state_dir):
+    """SIGHUP while `run` still loads bot.yaml's Python tools (their import takes seconds) does
+    not kill the process by the signal's default action: the bot says it came, reloads once
+    it serves, and still stops cleanly on SIGTERM."""
+    import time
+
+    (tmp_path / "slowtools.py").write_text(textwrap.dedent(
+        """
+        import pathlib, time
+        from botweave import tool
+
+        pathlib.Path(__file__).with_name("importing").write_text("now")
+        time.sleep(3)
+
+
+        @tool
+        def ping() -> str:
+            \"\"\"Answers pong.\"\"\"
+            return "pong"
+        """
+    ))
+    (tmp_path / "bot.yaml").write_text(
+        "agents:\n  a:\n    model: offline/echo\n    tools: [{python: 'slowtools:*'}]\nplatforms:\n  console: {}\n"
+    )
+    log = tmp_path / "run.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "botweave", "run"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+            cwd=tmp_path, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "importing").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)  # the tools' module is still importing
+        while "config unchanged: revision" not in log.read_text():
+            assert proc.poll() is None, f"the SIGHUP ended the bot (exit {proc.returncode}):\n{log.read_text()}"
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        text = log.read_text()
+        assert "SIGHUP arrived while the configuration was loading" in text
+        assert text.index("console: connected") < text.index("config unchanged: revision")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_sighup_to_a_command_that_does_not_reload_ends_it_as_before(tmp_path):
+    """Only `run` and `web` reload on SIGHUP; `chat` (whose closed terminal sends it) keeps
+    the signal's default action."""
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "botweave", "chat", "--ephemeral"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    try:
+        proc.stdin.write("hello\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("assistant (offline echo) heard: hello")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=15) == -signal.SIGHUP
+        assert time.monotonic() - started < 10
+    finally:
+        proc.kill()
+        proc.wait()
