@@ -278,6 +278,8 @@ def _listen(config: Any, section: str, listen: str | None) -> None:
 
 
 def _check(path: str | None) -> int:
+    """The verdict first (what would start, whether the store answers), then the effective
+    configuration it judged, secrets masked: a reader sees the answer without scrolling."""
     import asyncio
 
     from botweave.config import ConfigError
@@ -286,30 +288,33 @@ def _check(path: str | None) -> int:
     from botweave.store import StoreUnavailable, open_store, redact_url
 
     config = _load(path)
-    print(dump_config(config))
-    enabled = config.enabled_platforms()
-    print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
     unroutable = unroutable_models(config)
     if unroutable:
         raise ConfigError(unroutable)
+    enabled = config.enabled_platforms()
+    verdict = [f"# platforms that would start: {', '.join(enabled) or 'none'}"]
+    code = 0
     if config.store.url.startswith("memory://"):
-        print("# store: memory:// (state is lost when the bot stops)")
-        return 0
-    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
+        verdict.append("# store: memory:// (state is lost when the bot stops)")
+    else:
+        store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
 
-    async def probe() -> None:
+        async def probe() -> None:
+            try:
+                await store.connect()
+            finally:
+                await store.close()
+
         try:
-            await store.connect()
-        finally:
-            await store.close()
-
-    try:
-        asyncio.run(probe())
-    except StoreUnavailable as exc:
-        print(f"# store: {exc}")
-        return 3
-    print(f"# store: {redact_url(store.describe())} is reachable")
-    return 0
+            asyncio.run(probe())
+            verdict.append(f"# store: {redact_url(store.describe())} is reachable")
+        except StoreUnavailable as exc:
+            verdict.append(f"# store: {exc}")
+            code = EXIT_STORE
+    print("\n".join(verdict))
+    print("# the effective configuration, secrets masked:")
+    print(dump_config(config))
+    return code
 
 
 async def _pair(args: argparse.Namespace) -> int:

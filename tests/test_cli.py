@@ -630,3 +630,30 @@ def test_a_sighup_to_a_command_that_does_not_reload_ends_it_as_before(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_help_says_how_to_call_a_tool_when_the_agent_is_the_offline_model(tmp_path):
+    """The offline stand-in answers nothing but echoes and `call TOOL {json}`: /help says so,
+    with an example built from the agent's first tool; a real model's /help does not."""
+    result = botweave("chat", "--ephemeral", stdin="/help\n", cwd=ROOT / "examples" / "4-approval")
+    assert result.returncode == 0, result.stderr
+    assert "support runs on offline/echo" in result.stdout
+    assert "To make it call a tool, write: call TOOL {json arguments}" in result.stdout
+    assert 'e.g. call lookup_order {"order_id": "..."}' in result.stdout
+    assert "Its tools: lookup_order, refund" in result.stdout
+    (tmp_path / "bot.yaml").write_text("agents:\n  a: {model: openai/gpt-4o-mini}\nplatforms:\n  console: {}\n")
+    real = botweave("chat", "--ephemeral", stdin="/help\n", cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    assert "/new" in real.stdout and "call TOOL" not in real.stdout
+
+
+def test_check_prints_its_verdict_before_the_configuration(tmp_path):
+    """The two lines a person runs `check` for come first; the effective configuration (over a
+    hundred lines for the example) follows under a heading."""
+    result = botweave("check", str(ROOT / "bot.yaml.example"), env={"XDG_STATE_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# platforms that would start: console"
+    assert lines[1].startswith("# store: sqlite:") and lines[1].endswith(" is reachable")
+    assert lines[2] == "# the effective configuration, secrets masked:"
+    assert len(lines) > 50 and "agents:" in lines[3:]
