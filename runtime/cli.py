@@ -2,8 +2,9 @@
 
 Everything beyond the standard library (the app, pydantic and the kernel, litellm, the MCP
 SDK, platform SDKs) is imported inside the subcommand that needs it, so `botweave --help`
-and `--version` answer as fast as Python starts (tests/test_cli.py checks what they load). `run` and `chat` are `App.serve`, the same life of a bot
-process that `App.run()` gives a Python program.
+and `--version` answer as fast as Python starts (tests/test_cli.py checks what they load).
+`run` and `chat` are `App.serve`, the same life of a bot process that `App.run()` gives a
+Python program.
 """
 
 from __future__ import annotations
