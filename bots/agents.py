@@ -23,8 +23,19 @@ from botweave.types import OutboundFile
 log = logging.getLogger(__name__)
 
 
+#: Failures of a model call (as litellm names them) that no retry mends: the key is missing or
+#: refused, or the model does not exist for it. Whoever set the bot up has to act.
+MISCONFIGURED = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError"})
+
+
 class AgentError(RuntimeError):
-    """The model could not answer; the message is safe to log (no keys, no prompt)."""
+    """The model could not answer; the message is safe to log (no keys, no prompt).
+    `misconfigured` when the bot's settings are the cause (see `MISCONFIGURED`), so the person
+    asking is not told to try again."""
+
+    def __init__(self, message: str, *, misconfigured: bool = False) -> None:
+        super().__init__(message)
+        self.misconfigured = misconfigured
 
 
 class History:
@@ -288,7 +299,7 @@ class Agent:
         if self.config.api_key is not None:
             detail = detail.replace(self.config.api_key.get_secret_value(), "***")
         kind = exc.kind if isinstance(exc, ModelCallFailed) else type(exc).__name__
-        return AgentError(f"agent {self.name} ({self.model}) failed: {kind}: {detail}")
+        return AgentError(f"agent {self.name} ({self.model}) failed: {kind}: {detail}", misconfigured=kind in MISCONFIGURED)
 
     def _turn(self, turn: ToolTurn | None) -> ToolTurn:
         return turn if turn is not None else ToolTurn(ToolContext(self.name))

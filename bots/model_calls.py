@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
@@ -78,13 +79,42 @@ def litellm_module() -> Any:
 _imported = False
 
 
+def import_litellm() -> asyncio.Future[Any]:
+    """litellm, imported in a daemon thread of its own: the import takes seconds, and an event
+    loop blocked that long freezes everything else the process serves (a terminal's prompt,
+    health checks, other conversations). Not in the loop's default executor: `asyncio.run`
+    joins that executor's threads on the way out, so a bot told to stop while the import ran
+    would wait for it first."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return  # the waiter gave up (the bot is stopping)
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result, error = litellm_module(), None
+        except Exception as exc:  # handed to the waiter, who logs it
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:
+            pass  # the loop has closed: nobody waits any more
+
+    threading.Thread(target=run, name="import litellm", daemon=True).start()
+    return future
+
+
 async def load_litellm() -> Any:
-    """litellm, imported in a worker thread the first time: the import takes seconds, and an
-    event loop blocked that long freezes everything else the process serves (a terminal's
-    prompt, health checks, other conversations)."""
+    """litellm, imported off the loop the first time (see `import_litellm`)."""
     global _imported
     if not _imported:
-        await asyncio.to_thread(litellm_module)
+        await import_litellm()
         _imported = True
     return litellm_module()
 

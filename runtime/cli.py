@@ -1,25 +1,30 @@
 """The `botweave` command: run, chat, web, check, doctor, reload, init, room, pair, gateway.
 
-Everything heavy (the app, litellm, platform SDKs) is imported inside the subcommands so
-`botweave --help` answers instantly. `run` and `chat` are `App.serve`, the same life of a bot
-process that `App.run()` gives a Python program.
+Everything beyond the standard library (the app, pydantic and the kernel, litellm, the MCP
+SDK, platform SDKs) is imported inside the subcommand that needs it, so `botweave --help`
+and `--version` answer as fast as Python starts (tests/test_cli.py checks what they load).
+`run` and `chat` are `App.serve`, the same life of a bot process that `App.run()` gives a
+Python program.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from botweave.runtime.lifecycle import Role
+from botweave.runtime.exits import EXIT_CONFIG, EXIT_STORE
 from botweave.runtime.logs import FORMATS, LogFormat, setup_logging
-from botweave.runtime.process import EXIT_CONFIG, EXIT_STORE
 from botweave.version import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from botweave.runtime.lifecycle import Role
 
 log = logging.getLogger("botweave")
 
@@ -106,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("path", nargs="?", default="bot.yaml", help="where to write it (default: ./bot.yaml; never overwritten)")
     init.add_argument(
         "--platform", "-p", action="append", dest="platforms", metavar="NAME",
-        help="console, telegram, discord or slack (repeat for several; asked on a terminal when left out)",
+        help="console, telegram, discord, slack or web (repeat for several; asked on a terminal when left out)",
     )
     init.add_argument("--model", help="the agent's model as litellm names it, e.g. openai/gpt-4o-mini")
     room = sub.add_parser("room", help="list rooms or run a stand-up now", parents=common)
@@ -189,7 +194,10 @@ async def _serve(
     signin: bool = False,
     loader: Callable[[], Any] | None = None,
     watchdogs: Any = None,
+    hangup: _EarlyHangup | None = None,
 ) -> int:
+    import asyncio
+
     from botweave.runtime.app import App
     from botweave.store import is_shared
 
@@ -207,6 +215,8 @@ async def _serve(
         from botweave.runtime.web import attach_signin
 
         attach_signin(app)
+    if hangup is not None:  # runs at serve's first pause, once its own SIGHUP handler is in place
+        asyncio.get_running_loop().call_soon(hangup.hand_on)
     return await app.serve(platforms, on_started=tune_own_process, watchdogs=watchdogs)
 
 
@@ -269,36 +279,43 @@ def _listen(config: Any, section: str, listen: str | None) -> None:
 
 
 def _check(path: str | None) -> int:
+    """The verdict first (what would start, whether the store answers), then the effective
+    configuration it judged, secrets masked: a reader sees the answer without scrolling."""
+    import asyncio
+
     from botweave.config import ConfigError
     from botweave.runtime.config import unroutable_models
     from botweave.runtime.dump import dump_config
     from botweave.store import StoreUnavailable, open_store, redact_url
 
     config = _load(path)
-    print(dump_config(config))
-    enabled = config.enabled_platforms()
-    print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
     unroutable = unroutable_models(config)
     if unroutable:
         raise ConfigError(unroutable)
+    enabled = config.enabled_platforms()
+    verdict = [f"# platforms that would start: {', '.join(enabled) or 'none'}"]
+    code = 0
     if config.store.url.startswith("memory://"):
-        print("# store: memory:// (state is lost when the bot stops)")
-        return 0
-    store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
+        verdict.append("# store: memory:// (state is lost when the bot stops)")
+    else:
+        store = open_store(config.store.url, config.store.prefix, base=config.base_dir)
 
-    async def probe() -> None:
+        async def probe() -> None:
+            try:
+                await store.connect()
+            finally:
+                await store.close()
+
         try:
-            await store.connect()
-        finally:
-            await store.close()
-
-    try:
-        asyncio.run(probe())
-    except StoreUnavailable as exc:
-        print(f"# store: {exc}")
-        return 3
-    print(f"# store: {redact_url(store.describe())} is reachable")
-    return 0
+            asyncio.run(probe())
+            verdict.append(f"# store: {redact_url(store.describe())} is reachable")
+        except StoreUnavailable as exc:
+            verdict.append(f"# store: {exc}")
+            code = EXIT_STORE
+    print("\n".join(verdict))
+    print("# the effective configuration, secrets masked:")
+    print(dump_config(config))
+    return code
 
 
 async def _pair(args: argparse.Namespace) -> int:
@@ -513,6 +530,8 @@ async def _reload(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
     from botweave.runtime.doctor import doctor
 
     return asyncio.run(doctor(args.config, model=not args.no_model, out=sys.stdout))
@@ -548,8 +567,48 @@ def _import_next_to_config(path: str | None) -> None:
             sys.path.insert(0, folder)
 
 
+class _EarlyHangup:
+    """SIGHUP from the first line of `main`: while the bot still starts (the configuration and
+    its tools' imports can take seconds) a SIGHUP must not end the process by the signal's
+    default action, silently, where a supervisor such as systemd's `Restart=on-failure` sees
+    a death it does not restart. For `run` and `web`, where SIGHUP asks for a reload, one that
+    arrived this early is handed to the serving bot, which applies it once it serves; every
+    other command gets the default action back (a closed terminal ends `chat`), taken at once
+    if the signal already came."""
+
+    def __init__(self) -> None:
+        self.arrived = False
+        self._signal = getattr(signal, "SIGHUP", None)  # not on Windows
+        if self._signal is not None:
+            try:
+                signal.signal(self._signal, self._record)
+            except ValueError:  # not the main thread (main() called from a program's thread)
+                self._signal = None
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self.arrived = True
+
+    def default(self) -> None:
+        """This command leaves SIGHUP to its default action, as if it had been all along."""
+        if self._signal is None:
+            return
+        signal.signal(self._signal, signal.SIG_DFL)
+        if self.arrived:
+            os.kill(os.getpid(), self._signal)
+
+    def hand_on(self) -> None:
+        """The serving bot has its own handler by now (installed as `App.serve` begins): the
+        one that came early reaches it the way a new one would."""
+        if self._signal is not None and self.arrived:
+            log.info("SIGHUP arrived while the configuration was loading")
+            os.kill(os.getpid(), self._signal)
+
+
 def main(argv: list[str] | None = None) -> int:
+    hangup = _EarlyHangup()
     args = _parser().parse_args(argv)
+    if args.command not in ("run", "web"):
+        hangup.default()
     watchdogs = None
     if args.command in ("run", "web"):  # the deadline counts from here: loading the configuration is starting
         from botweave.runtime.watchdog import Watchdogs
@@ -558,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose, args.log_format, args.command)
     if args.command != "init":
         _import_next_to_config(getattr(args, "config", None))
+    import asyncio
+
     from botweave.config import ConfigError
     from botweave.store import StoreUnavailable
 
@@ -588,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
             loader = partial(
                 _reloaded, args.config, args.ephemeral, gateway=config.gateway.listen, builtin=BUILTIN_WEB_CONFIG
             )
-            _exit_now(asyncio.run(_serve(config, None, signin=True, loader=loader, watchdogs=watchdogs)))
+            _exit_now(asyncio.run(_serve(config, None, signin=True, loader=loader, watchdogs=watchdogs, hangup=hangup)))
         config = _load(args.config, ephemeral=args.ephemeral)
         if args.command == "chat":
             from botweave.adapters.console.inbound import is_terminal
@@ -601,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         _listen(config, "ops", args.ops_listen)
         _listen(config, "gateway", args.gateway_listen)
         loader = partial(_reloaded, args.config, args.ephemeral, ops=args.ops_listen, gateway=args.gateway_listen)
-        _exit_now(asyncio.run(_serve(config, None, args.role, loader=loader, watchdogs=watchdogs)))
+        _exit_now(asyncio.run(_serve(config, None, args.role, loader=loader, watchdogs=watchdogs, hangup=hangup)))
     except ConfigError as exc:
         print(f"botweave: {exc}", file=sys.stderr)
         return EXIT_CONFIG

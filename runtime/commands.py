@@ -5,7 +5,9 @@ nor undoes a plugin's replacement of one."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from botweave.agents import History
 from botweave.commands import CommandRegistry
@@ -22,6 +24,18 @@ def format_uptime(seconds: float) -> str:
     if hours:
         return f"{hours}h {minutes}m"
     return f"{minutes}m {secs}s"
+
+
+#: A stand-in value per JSON Schema type, for an example call's arguments.
+_PLACEHOLDERS: dict[str, object] = {"string": "...", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+
+
+def example_arguments(schema: dict[str, Any]) -> str:
+    """A tool's required arguments as JSON, each with a stand-in value of its type."""
+    properties = schema.get("properties") or {}
+    required = [name for name in schema.get("required") or [] if name in properties]
+    return json.dumps({name: _PLACEHOLDERS.get(str(properties[name].get("type")), "...") for name in required},
+                      ensure_ascii=False)
 
 
 class BuiltinCommands:
@@ -53,7 +67,21 @@ class BuiltinCommands:
         return "Started a new conversation; earlier messages are forgotten."
 
     async def help(self, inbound: Inbound) -> str:
-        return self._registry.help_text()
+        """The commands; for an agent on the offline stand-in model, also how to make it call
+        a tool (it answers nothing else, so without this its tools cannot be tried)."""
+        text = self._registry.help_text()
+        target = inbound.target
+        agent = self._live.generation.agents.get(target.name) if target is not None and target.kind == "agent" else None
+        if agent is None or not agent.model.startswith("offline/"):
+            return text
+        text += (
+            f"\n\n{agent.name} runs on {agent.model}, a stand-in model that repeats what it hears (no key, no "
+            "network). To make it call a tool, write: call TOOL {json arguments}"
+        )
+        if agent.tools:
+            name, tool = next(iter(agent.tools.items()))
+            text += f", e.g. call {name} {example_arguments(tool.parameters)}\nIts tools: {', '.join(agent.tools)}"
+        return text
 
     async def status(self, inbound: Inbound) -> str:
         target = inbound.target

@@ -324,12 +324,17 @@ class Config(Section):
 
 def unroutable_models(config: Config) -> list[str]:
     """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
-    found before the first turn apologises for it. Imports litellm (seconds, the first time)."""
+    found before the first turn apologises for it. Imports litellm (seconds, the first time),
+    unless every model is the offline stand-in, which botweave itself answers (any
+    `offline/...` name: the custom provider registered with litellm takes them all)."""
+    routed = {name: agent for name, agent in config.agents.items() if not agent.model.startswith("offline/")}
+    if not routed:
+        return []
     from botweave.model_calls import litellm_module
 
     litellm = litellm_module()
     problems = []
-    for name, agent in config.agents.items():
+    for name, agent in routed.items():
         try:
             litellm.get_llm_provider(model=agent.model, api_base=agent.api_base)
         except Exception as exc:

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 from botweave.adapter import Adapter
 from botweave.config import PlatformConfig, StoreConfig
 from botweave.conversations import ConversationLocks, conversation_key
-from botweave.model_calls import litellm_module
+from botweave.model_calls import import_litellm
 from botweave.pipeline import TurnOutcome
 from botweave.runtime.connections import Platforms, Receiver
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
@@ -238,7 +238,7 @@ class StreamIntake(Intake):
             # litellm takes seconds to import; doing it now, off the loop, keeps the first
             # turn from stalling the lock and stream heartbeats.
             if inbox.needs_litellm:
-                await asyncio.to_thread(litellm_module)
+                await import_litellm()
             background.spawn(self.stream.run(partial(_from_stream, inbox), life.stopping, life.drain), name="inbound stream")
         for name, adapter in platforms.adapters.items():
             if name in sections and not adapter.local:

@@ -62,8 +62,12 @@ class Outgoing:
         return (await self._delivery.post(to, text, identity=identity)).result(target)
 
     async def send_direct(self, platform: str, user_id: str, text: str) -> MessageActionResult:
-        """A direct message to a person (the push transport of chat platforms)."""
+        """A direct message to a person (the push transport of chat platforms). On a platform
+        of this process's own (the console) the notification lands among the very lines it
+        is about, so it says what it is."""
         adapter = self._adapters.get(platform)
         if adapter is None:
             return MessageActionResult("no_route", f"{platform}:{user_id}", f"platform {platform} is not running")
+        if adapter.local:
+            text = f"(notification: {text}; /notify changes what you are sent)"
         return (await self._delivery.post_direct(adapter, user_id, text)).result(f"{platform}:{user_id}")

@@ -17,8 +17,9 @@ from typing import Any, Protocol
 
 from botweave.adapter import Adapter
 from botweave.config import ConfigError
-from botweave.model_calls import litellm_module
+from botweave.model_calls import import_litellm
 from botweave.runtime.connections import Platforms
+from botweave.runtime.exits import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STORE
 from botweave.runtime.reload import Reloads
 from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, Watchdogs
 from botweave.store import StoreUnavailable
@@ -26,11 +27,6 @@ from botweave.tasks import TaskOwner, spawn
 
 log = logging.getLogger(__name__)
 
-#: Exit codes: a clean stop; an enabled platform that never came up or died; a configuration
-#: that cannot run; a store that cannot be reached at start. The watchdogs add EXIT_STARTUP
-#: (4: not serving within `ops.startup_timeout_seconds`) and EXIT_STALLED (5: the event loop
-#: stalled for twice `ops.loop_stall_seconds`).
-EXIT_OK, EXIT_PLATFORM, EXIT_CONFIG, EXIT_STORE = 0, 1, 2, 3
 __all__ = ["EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE", "EXIT_STARTUP", "EXIT_STALLED", "Served", "serve"]
 
 
@@ -132,8 +128,11 @@ async def _serve(
     # the first turn does not stall every other conversation for it. Only where some agent's
     # calls need it: otherwise the import would compete with the first turns for the
     # interpreter (and freezing the heap waits for it).
+    # A stop asked for meanwhile (Ctrl-C, SIGTERM) does not wait for the import.
     needed = app.role != "ingress" and app.needs_litellm
-    loading = asyncio.create_task(asyncio.to_thread(litellm_module)) if needed else None
+    loading = import_litellm() if needed else None
+    if loading is not None:
+        loading.add_done_callback(_loaded)
     try:
         await app.start(requested)
         if watchdogs is not None:  # serving now: a stall is the loop watch's from here on
@@ -151,20 +150,23 @@ async def _serve(
         log.error("%s", exc)
         await app.stop()
         return EXIT_CONFIG
-    finally:
-        if loading is not None:
-            await _loaded(loading)
-    if on_started is not None:
-        on_started()
     if not app.adapters:
         if not platforms.failed:
             log.error("no platform is running; enable one under `platforms:` in bot.yaml")
         await app.stop()
         return EXIT_PLATFORM
     waiters = [spawn(stop.wait(), name="wait for a signal"), spawn(platforms.death(), name="watch the platforms")]
+    # The end of the console's input stops the bot when the console is all it runs, or when
+    # it is a terminal: Ctrl-C or Ctrl-D there is the person who started the bot leaving
+    # (`botweave web` beside the console). A pipe ending beside other platforms (a service
+    # with no input) stops nothing.
     console = app.adapters.get("console")
-    if console is not None and len(app.adapters) == 1:
+    if console is not None and (len(app.adapters) == 1 or console.mode == "terminal"):
         waiters.append(spawn(console.finished.wait(), name="wait for end of input"))  # type: ignore[attr-defined]
+    if loading is not None:
+        await asyncio.wait({loading, *waiters}, return_when=asyncio.FIRST_COMPLETED)
+    if on_started is not None and (loading is None or loading.done()):
+        on_started()
     done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     for waiter in waiters:
         waiter.cancel()
@@ -176,10 +178,9 @@ async def _serve(
     return EXIT_PLATFORM if platforms.failed or died else EXIT_OK
 
 
-async def _loaded(loading: asyncio.Future[Any]) -> None:
-    """Wait for the import started at serve; a broken litellm is logged here, and each turn
+def _loaded(loading: asyncio.Future[Any]) -> None:
+    """The import started at serve has ended: a broken litellm is logged here, and each turn
     that needs it says so again."""
-    try:
-        await loading
-    except Exception:
-        log.exception("litellm failed to import; agents on litellm models will not answer")
+    error = None if loading.cancelled() else loading.exception()
+    if error is not None:
+        log.error("litellm failed to import; agents on litellm models will not answer", exc_info=error)

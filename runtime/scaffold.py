@@ -57,6 +57,11 @@ PLATFORMS: dict[str, str] = {
     app_token: "${SLACK_APP_TOKEN:-}"
     mode: socket             # or http (then set signing_secret and expose http_port)
 """,
+    "web": """  # A web chat in the browser, served by the gateway below: `botweave web` prints a sign-in
+  # link; on this machine's loopback address nobody else can reach it.
+  web:
+    bot_name: Assistant      # the name the bot's messages are shown under
+""",
     "email": """\
   # Email: a mailbox the bot reads (IMAP) and a server it replies through (SMTP); TLS on
   # both by default. Only mail your server vouches for (SPF/DKIM/DMARC) is answered.
@@ -84,6 +89,13 @@ PLATFORMS: dict[str, str] = {
 """,
 }
 
+#: With the web platform: where the gateway serves the page (and its WebSocket protocol).
+GATEWAY = """# The gateway: the browser UI at http://127.0.0.1:8787/ and its protocol at /ws. To listen
+# beyond this machine, list tokens (see the gateway documentation).
+gateway:
+  listen: "127.0.0.1:8787"
+"""
+
 OPS = """\
 # Metrics (/metrics), liveness (/healthz) and readiness (/readyz) for your monitoring.
 # ops:
@@ -96,9 +108,9 @@ OPS = """\
 
 def render(platforms: Sequence[str], model: str, key_variables: Sequence[str] = ()) -> str:
     """The commented bot.yaml for these platforms and this model."""
-    unknown = [name for name in platforms if name not in PLATFORMS]
-    if unknown:
-        raise ValueError(f"unknown platform(s) {', '.join(unknown)}; choose from {', '.join(PLATFORMS)}")
+    problem = unknown_platforms(platforms)
+    if problem:
+        raise ValueError(problem)
     if model == DEFAULT_MODEL:
         model_note = "  # offline/echo repeats what it hears: swap in a real model, e.g. openai/gpt-4o-mini"
     elif key_variables:
@@ -112,7 +124,19 @@ def render(platforms: Sequence[str], model: str, key_variables: Sequence[str] = 
         '    instructions: "You are a helpful assistant. Answer briefly."\n'
     )
     chosen = "".join(PLATFORMS[name] for name in platforms)
-    return "\n".join([HEADER, BOT, agents, "platforms:\n" + chosen, OPS])
+    gateway = [GATEWAY] if "web" in platforms else []
+    return "\n".join([HEADER, BOT, agents, *gateway, "platforms:\n" + chosen, OPS])
+
+
+def unknown_platforms(platforms: Sequence[str]) -> str | None:
+    """What is wrong with a choice of platforms, or None: checked before anything else is
+    asked, so a typo costs one question, not the whole dialogue."""
+    unknown = [name for name in platforms if name not in PLATFORMS]
+    if unknown:
+        return f"unknown platform(s) {', '.join(unknown)}; choose from {', '.join(PLATFORMS)}"
+    if not platforms:
+        return f"no platform chosen; choose from {', '.join(PLATFORMS)}"
+    return None
 
 
 def key_variables(model: str) -> list[str]:
@@ -155,17 +179,21 @@ def init(
     ask = sys.stdin.isatty() if interactive is None else interactive
     if platforms is None:
         platforms = DEFAULT_PLATFORMS
-        if ask:
+        while ask:  # asked again until the answer names platforms there are
             chosen = _ask(f"Platforms ({', '.join(PLATFORMS)})", ",".join(DEFAULT_PLATFORMS), read)
             platforms = [name.strip() for name in chosen.replace(" ", ",").split(",") if name.strip()]
+            problem = unknown_platforms(platforms)
+            if problem is None:
+                break
+            print(f"botweave: {problem}", file=err)
+    problem = unknown_platforms(platforms)
+    if problem:
+        print(f"botweave: {problem}", file=err)
+        return 2
     if model is None:
         model = _ask("Model (litellm provider/model)", DEFAULT_MODEL, read) if ask else DEFAULT_MODEL
     variables = key_variables(model)
-    try:
-        text = render(platforms, model, variables)
-    except ValueError as exc:
-        print(f"botweave: {exc}", file=err)
-        return 2
+    text = render(platforms, model, variables)
     try:
         with target.open("x", encoding="utf-8") as handle:  # "x": never replaces a file that appeared meanwhile
             handle.write(text)

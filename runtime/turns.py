@@ -44,6 +44,11 @@ from botweave.types import BotMessage, OutboundFile, revision_suffix
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I couldn't answer that just now. Please try again in a moment."
+#: When trying again cannot help (a missing or refused API key): the log has the cause.
+MISCONFIGURED_APOLOGY = (
+    "Sorry, I can't answer: this bot is misconfigured (its model cannot be used as it is set up). "
+    "Whoever runs the bot will find the cause in its log."
+)
 
 #: Told after a reply went out: (message, agent, what was delivered, seconds the turn took).
 Finished = Callable[[BotMessage, Agent, Delivered, float], Awaitable[None]]
@@ -345,7 +350,7 @@ class AgentTurn:
                     await self._send_images(reply, images, delivered)
         except AgentError as exc:
             log.error("%s", exc)
-            apology = await reply.send_text(APOLOGY, purpose="apology")
+            apology = await reply.send_text(MISCONFIGURED_APOLOGY if exc.misconfigured else APOLOGY, purpose="apology")
             if reply.run is not None:
                 await reply.run.error(str(exc))
             return TurnOutcome(TurnStatus.AGENT_ERROR, apology, detail=str(exc))

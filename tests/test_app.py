@@ -5,7 +5,7 @@ import time
 
 import pytest
 from botweave import App, PlatformEvent, QuotedRef
-from botweave.runtime.turns import APOLOGY
+from botweave.runtime.turns import APOLOGY, MISCONFIGURED_APOLOGY
 
 from tests.support import RecordingAdapter, config, message
 
@@ -257,6 +257,37 @@ async def test_llm_failure_becomes_an_apology_and_the_bot_keeps_working(caplog):
     assert adapter.texts() == [APOLOGY]
     assert "agent broken (openai/gpt-4o) failed" in caplog.text
     assert "sk-test-secret" not in caplog.text
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-emu", "anthropic/claude-3-5-haiku-latest"])
+async def test_a_model_without_its_api_key_says_the_bot_is_misconfigured(caplog, monkeypatch, model):
+    """No key (botweave's own OpenAI client, and litellm for another provider): trying again
+    will never help, so the person is told the bot is misconfigured and the log names the
+    missing key."""
+    for variable in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    app = App.from_config({"bot": {"unknown_user_policy": "allow"}, "agents": {"a": {"model": model}}})
+    adapter = RecordingAdapter()
+    app.add_adapter(adapter)
+    outcome = await app.handle(message("hi"))
+    assert outcome.status == "agent_error"
+    assert "".join(adapter.texts()) == MISCONFIGURED_APOLOGY
+    assert "try again" not in MISCONFIGURED_APOLOGY and "misconfigured" in MISCONFIGURED_APOLOGY
+    assert f"agent a ({model}) failed: AuthenticationError" in caplog.text
+    assert "API_KEY" in caplog.text or "API Key" in caplog.text
+
+
+async def test_a_refused_key_says_the_bot_is_misconfigured(caplog, openai_emulator):
+    openai_emulator.queue_error(401, "Incorrect API key provided")
+    app = App.from_config({
+        "bot": {"unknown_user_policy": "allow"},
+        "agents": {"a": {"model": "openai/gpt-emu", "api_base": openai_emulator.base_url, "api_key": "sk-wrong-one"}},
+    })
+    adapter = RecordingAdapter()
+    app.add_adapter(adapter)
+    await app.handle(message("hi"))
+    assert "".join(adapter.texts()) == MISCONFIGURED_APOLOGY
+    assert "Incorrect API key provided" in caplog.text and "sk-wrong-one" not in caplog.text
 
 
 async def test_typing_is_shown_while_a_turn_runs():

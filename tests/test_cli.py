@@ -1,6 +1,7 @@
 """The `botweave` command as a user runs it: a subprocess, talking through a pipe."""
 
 import asyncio
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.emulators.telegram import wait_until
@@ -100,6 +102,55 @@ def test_version_and_help_are_fast_and_do_not_import_litellm():
         capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
     assert probe.stdout.strip() == "False False"
+
+
+#: What `botweave --help` and `--version` must not load: each costs from tens of milliseconds
+#: (pydantic, aiohttp, the kernel's models) to seconds (litellm, the MCP SDK).
+HEAVY_AT_START = (
+    "litellm", "mcp", "mcp_types", "openai", "pydantic", "aiohttp", "yaml", "asyncio", "telegram", "discord",
+    "slack_bolt", "opentelemetry", "prompt_toolkit", "botweave.config", "botweave.types", "botweave.runtime.app",
+    "botweave.runtime.config", "botweave.runtime.process", "botweave.tools", "botweave.gateway", "botweave.adapters",
+)
+
+
+def _loaded_by(argv: list[str]) -> tuple[list[str], str]:
+    """The modules a fresh interpreter holds once `botweave ARGV` has answered, and its output."""
+    code = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: print('MODULES=' + json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        "from botweave.runtime.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    listed = done.stderr.rsplit("MODULES=", 1)[1]
+    return json.loads(listed), done.stdout
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"]])
+def test_help_and_version_import_nothing_heavy(argv):
+    """The command line imports what a command needs when it runs it: answering --help or
+    --version loads only the standard library and botweave's own few modules for it."""
+    modules, out = _loaded_by(argv)
+    assert out.startswith(("usage: botweave", "botweave "))
+    heavy = [name for name in modules if any(name == top or name.startswith(f"{top}.") for top in HEAVY_AT_START)]
+    assert heavy == []
+    assert [name for name in modules if name.startswith("botweave")] == [
+        "botweave", "botweave.runtime", "botweave.runtime.cli", "botweave.runtime.exits", "botweave.runtime.logs",
+        "botweave.version",
+    ]
+
+
+def test_check_of_an_offline_bot_does_not_import_litellm_or_the_mcp_sdk(tmp_path):
+    """`check` needs the configuration's models, not a model library: with only the offline
+    stand-in it never imports litellm, and an MCP server it lists is not started or imported."""
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "agents:\n  a:\n    model: offline/echo\n    tools:\n      - mcp: {search: {command: [python, s.py]}}\n"
+        "platforms:\n  console: {}\n"
+    )
+    modules, out = _loaded_by(["check", str(config)])
+    assert "# platforms that would start: console" in out
+    assert "litellm" not in modules and "mcp" not in modules and "mcp_types" not in modules
 
 
 def test_sigint_while_waiting_for_input_exits_cleanly():
@@ -507,3 +558,102 @@ def test_a_python_tool_next_to_bot_yaml_imports_wherever_the_command_runs(tmp_pa
     result = botweave("check", str(folder / "bot.yaml"), cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert "nearby_tools:shout" in result.stdout
+
+
+def test_a_sighup_while_the_bot_starts_is_applied_once_it_serves(tmp_path, private_state_dir):
+    """SIGHUP while `run` still loads bot.yaml's Python tools (their import takes seconds) does
+    not kill the process by the signal's default action: the bot says it came, reloads once
+    it serves, and still stops cleanly on SIGTERM."""
+    import time
+
+    (tmp_path / "slowtools.py").write_text(textwrap.dedent(
+        """
+        import pathlib, time
+        from botweave import tool
+
+        pathlib.Path(__file__).with_name("importing").write_text("now")
+        time.sleep(3)
+
+
+        @tool
+        def ping() -> str:
+            \"\"\"Answers pong.\"\"\"
+            return "pong"
+        """
+    ))
+    (tmp_path / "bot.yaml").write_text(
+        "agents:\n  a:\n    model: offline/echo\n    tools: [{python: 'slowtools:*'}]\nplatforms:\n  console: {}\n"
+    )
+    log = tmp_path / "run.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "botweave", "run"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+            cwd=tmp_path, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "importing").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)  # the tools' module is still importing
+        while "config unchanged: revision" not in log.read_text():
+            assert proc.poll() is None, f"the SIGHUP ended the bot (exit {proc.returncode}):\n{log.read_text()}"
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        text = log.read_text()
+        assert "SIGHUP arrived while the configuration was loading" in text
+        assert text.index("console: connected") < text.index("config unchanged: revision")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_sighup_to_a_command_that_does_not_reload_ends_it_as_before(tmp_path):
+    """Only `run` and `web` reload on SIGHUP; `chat` (whose closed terminal sends it) keeps
+    the signal's default action."""
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "botweave", "chat", "--ephemeral"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd=tmp_path, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+    )
+    try:
+        proc.stdin.write("hello\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("assistant (offline echo) heard: hello")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=15) == -signal.SIGHUP
+        assert time.monotonic() - started < 10
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_help_says_how_to_call_a_tool_when_the_agent_is_the_offline_model(tmp_path):
+    """The offline stand-in answers nothing but echoes and `call TOOL {json}`: /help says so,
+    with an example built from the agent's first tool; a real model's /help does not."""
+    result = botweave("chat", "--ephemeral", stdin="/help\n", cwd=ROOT / "examples" / "4-approval")
+    assert result.returncode == 0, result.stderr
+    assert "support runs on offline/echo" in result.stdout
+    assert "To make it call a tool, write: call TOOL {json arguments}" in result.stdout
+    assert 'e.g. call lookup_order {"order_id": "..."}' in result.stdout
+    assert "Its tools: lookup_order, refund" in result.stdout
+    (tmp_path / "bot.yaml").write_text("agents:\n  a: {model: openai/gpt-4o-mini}\nplatforms:\n  console: {}\n")
+    real = botweave("chat", "--ephemeral", stdin="/help\n", cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    assert "/new" in real.stdout and "call TOOL" not in real.stdout
+
+
+def test_check_prints_its_verdict_before_the_configuration(tmp_path):
+    """The two lines a person runs `check` for come first; the effective configuration (over a
+    hundred lines for the example) follows under a heading."""
+    result = botweave("check", str(ROOT / "bot.yaml.example"), env={"XDG_STATE_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# platforms that would start: console"
+    assert lines[1].startswith("# store: sqlite:") and lines[1].endswith(" is reachable")
+    assert lines[2] == "# the effective configuration, secrets masked:"
+    assert len(lines) > 50 and "agents:" in lines[3:]

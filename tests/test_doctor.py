@@ -106,6 +106,7 @@ async def test_the_cli_prints_one_line_per_check_and_exits_1(
     assert "skip gateway: off (no gateway.listen)" in lines
     assert any(line.startswith("FAIL telegram: getMe refused the token") for line in lines)
     assert "Traceback" not in stderr.decode()
+    assert "Unclosed" not in stderr.decode()  # the refused check closed its HTTP session too
 
 
 async def test_a_broken_config_is_one_fail_line(tmp_path: Path) -> None:

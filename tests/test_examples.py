@@ -149,6 +149,24 @@ async def test_telegram_assistant_answers_with_its_python_tool_and_a_web_search(
     assert {"convert_temperature", "search__web_search"} <= set(llm.tools_offered(0))
 
 
+def test_telegram_assistant_without_searxng_says_so_in_one_line(tmp_path):
+    """No SEARXNG_URL: the search fails as one log line naming the server and the cause, the
+    model reads the same cause, and none of the server's traceback reaches the terminal."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {key: value for key, value in os.environ.items() if key != "SEARXNG_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "botweave", "chat", "--ephemeral"], input='call search__web_search {"query": "x"}\n',
+        capture_output=True, text=True, cwd=EXAMPLES / "1-telegram-assistant", timeout=120,
+        env={**env, "PATH": path, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "XDG_STATE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    cause = "MCP server search: web_search failed: Error executing tool web_search: no search engine configured: " \
+            "set SEARXNG_URL to a SearXNG instance"
+    assert f'search__web_search returned {{"error": "{cause}"}}' in done.stdout
+    assert done.stderr.splitlines() == [line for line in done.stderr.splitlines() if cause in line]
+    assert len(done.stderr.splitlines()) == 1
+
+
 # --- 2: a Slack stand-up room ----------------------------------------------------------------
 
 STANDUP, OWNER, OWNER_DM = "C0STANDUP", "U0OWNER", "D0OWNER"

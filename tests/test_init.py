@@ -55,7 +55,7 @@ def test_on_a_terminal_it_asks_for_what_was_not_given(tmp_path: Path) -> None:
 
     path = tmp_path / "bot.yaml"
     assert init(str(path), None, None, out=io.StringIO(), err=io.StringIO(), interactive=True, read=read) == 0
-    assert asked[0].startswith("Platforms (console, telegram, discord, slack") and asked[1].startswith("Model")
+    assert asked[0].startswith("Platforms (console, telegram, discord, slack, web") and asked[1].startswith("Model")
     config = load_config(path, env=TOKENS)
     assert set(config.enabled_platforms()) == {"console", "telegram"}
     assert config.agents["assistant"].model == "offline/echo"
@@ -92,3 +92,43 @@ def test_whatsapp_is_offered_and_waits_for_its_four_credentials(tmp_path: Path) 
     assert config.enabled_platforms() == {"whatsapp": config.platforms.whatsapp}
     assert config.platforms.whatsapp.listen == "0.0.0.0:8443" and config.platforms.whatsapp.path == "/whatsapp"
     assert "WHATSAPP_ACCESS_TOKEN" in out.getvalue()
+
+
+def test_the_web_platform_is_offered_and_gets_its_gateway(tmp_path: Path) -> None:
+    """README lists the web chat among the platforms; init offers it, with the gateway that
+    serves its page on this machine's loopback address."""
+    path = tmp_path / "bot.yaml"
+    out = io.StringIO()
+    assert init(str(path), ["web", "console"], "offline/echo", out=out, err=io.StringIO(), interactive=False) == 0
+    config = load_config(path, env={})
+    assert set(config.enabled_platforms()) == {"console", "web"}
+    assert config.gateway.listen == "127.0.0.1:8787"
+    assert config.platforms.web.bot_name == "Assistant"
+
+
+def test_a_platform_typo_on_a_terminal_is_asked_again_before_the_model(tmp_path: Path) -> None:
+    answers = iter(["web, irc", "web", ""])
+    asked: list[str] = []
+
+    def read(question: str) -> str:
+        asked.append(question)
+        return next(answers)
+
+    path, err = tmp_path / "bot.yaml", io.StringIO()
+    assert init(str(path), None, None, out=io.StringIO(), err=err, interactive=True, read=read) == 0
+    assert [question.split(" ")[0] for question in asked] == ["Platforms", "Platforms", "Model"]
+    assert "unknown platform(s) irc; choose from console, telegram, discord, slack, web" in err.getvalue()
+    assert set(load_config(path, env={}).enabled_platforms()) == {"web"}
+
+
+def test_an_unknown_platform_given_up_front_is_refused_before_the_model_is_asked(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def read(question: str) -> str:
+        asked.append(question)
+        return ""
+
+    path, err = tmp_path / "bot.yaml", io.StringIO()
+    assert init(str(path), ["irc"], None, out=io.StringIO(), err=err, interactive=True, read=read) == 2
+    assert asked == [] and "unknown platform(s) irc" in err.getvalue()
+    assert not path.exists()

@@ -32,11 +32,19 @@ def above_the_kernel(modules: list[str]) -> list[str]:
     return [name for name in modules if any(name == top or name.startswith(f"{top}.") for top in ABOVE_THE_KERNEL)]
 
 
-@pytest.mark.parametrize("statement", ["import botweave.types", "import botweave", "from botweave import BotMessage"])
+@pytest.mark.parametrize("statement", ["import botweave.types", "from botweave import BotMessage"])
 def test_a_kernel_import_loads_nothing_above_the_kernel(statement: str) -> None:
     modules = loaded_after(statement)
     assert "botweave.types" in modules
     assert above_the_kernel(modules) == []
+
+
+def test_the_package_alone_loads_only_its_version() -> None:
+    """`import botweave` runs before every `botweave.*` import (the command line's too), so it
+    loads nothing until a name is asked for: not the kernel, not pydantic."""
+    modules = loaded_after("import botweave")
+    assert [name for name in modules if name.startswith("botweave")] == ["botweave", "botweave.version"]
+    assert "pydantic" not in modules
 
 
 def test_the_app_is_loaded_when_first_asked_for() -> None:

@@ -5,6 +5,8 @@ start, offers their tools as SERVER__TOOL, calls them in the tool loop, and stop
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,7 +76,8 @@ async def test_stdio_and_http_servers_run_with_the_bot_and_their_tools_are_calle
         added, remembered, broken = (llm.tool_output(c.id) for c in llm.issued_calls)
         assert added == {"result": 5}
         assert remembered == {"result": "noted (1 notes)"}
-        assert broken == {"error": "Error executing tool broken"}
+        assert broken == {"error": "MCP server notes: broken failed: Error executing tool broken (the server keeps "
+                                   "the cause to itself; its own log, shown with -vv, has it)"}
         llm.assert_tool_protocol()
 
         await app.stop()
@@ -117,3 +120,52 @@ def test_tool_names_are_made_acceptable_to_providers():
 
     assert tool_name("files", "read.file") == "files__read_file"
     assert len(tool_name("files", "x" * 100)) == 64
+
+
+CRASHING_SERVER = '''
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("crashing", log_level="WARNING")
+
+
+@server.tool()
+def boom(x: str) -> str:
+    """Crashes."""
+    raise ValueError("the cause stays in this server")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        print("ImportError: no module named searxng_client", file=sys.stderr)
+        sys.exit(3)
+    server.run()
+'''
+
+
+def test_a_crashing_mcp_tool_is_one_line_and_a_server_that_exits_says_its_last_words(tmp_path):
+    """A tool that crashes in an SDK server: its traceback (the server's stderr) stays out of the
+    chat and the default log, one warning names the server and that the cause is in its own
+    log; a server that exits at start is reported with the last line it wrote."""
+    (tmp_path / "crashing.py").write_text(CRASHING_SERVER)
+    (tmp_path / "bot.yaml").write_text(
+        "agents:\n  a:\n    model: offline/echo\n    tools:\n"
+        f"      - mcp: {{crashing: {{command: ['{sys.executable}', crashing.py]}}}}\n"
+        f"      - mcp: {{gone: {{command: ['{sys.executable}', crashing.py, exit]}}}}\n"
+        "platforms:\n  console: {}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "botweave", "chat", "--ephemeral"], input='call crashing__boom {"x": "y"}\n',
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "XDG_STATE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    failed = ("MCP server crashing: boom failed: Error executing tool boom (the server keeps the cause to itself; "
+              "its own log, shown with -vv, has it)")
+    assert failed in done.stdout
+    lines = done.stderr.splitlines()
+    assert any(line.endswith(f"WARNING botweave.tools.mcp: {failed}") for line in lines), lines
+    assert any("MCP server gone did not start (it exited with status 3: ImportError: no module named "
+               "searxng_client)" in line for line in lines), lines
+    assert "Traceback" not in done.stderr and "the cause stays in this server" not in done.stderr
+    assert len(lines) == 2, lines

@@ -31,12 +31,14 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from botweave.tasks import ONE_LINE_FAILURES, TaskOwner, spawn
+from botweave.tasks import ONE_LINE_FAILURES, TaskOwner, redact, spawn
 from botweave.tooling import ToolContext, ToolError
 from botweave.tools.config import McpServerConfig
-from botweave.tools.mcp_stdio import Command, Link, stdio
+
+if TYPE_CHECKING:
+    from botweave.tools.mcp_stdio import Link
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +102,23 @@ def _result(result: Any) -> Any:
             texts.append(f"[{kind or 'content'}]")
     text = "\n".join(texts)
     if result.is_error:
-        raise ToolError(text or "the MCP tool reported an error")
+        raise ToolError(text or "the tool reported an error")
     if result.structured_content is not None:
         return result.structured_content
     return text
+
+
+class ServerGone(Exception):
+    """A connection that failed because the server went, with the transport's word for why
+    (`it exited with status 1: ImportError: ...`), which says more than the SDK's error."""
 
 
 def _why(exc: BaseException) -> str:
     """A connection's failure in a few words: the innermost cause of an exception group."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, ServerGone):
+        return str(exc)
     message = " ".join(str(exc).split())[:MAX_ERROR_CHARS]
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
@@ -223,7 +232,8 @@ class McpServer:
             await asyncio.wait({holder}, timeout=STOP_TIMEOUT_SECONDS)
 
     async def _hold(self, ready: asyncio.Future[None], wake: asyncio.Event) -> None:
-        from mcp import Client  # the SDK takes a moment to import; only when used
+        from botweave.tools.mcp_stdio import Link  # the SDK takes a moment to import; only when used
+        from mcp import Client
 
         link = Link(self.name, self.config.max_response_bytes, on_lost=wake.set)
         try:
@@ -237,7 +247,9 @@ class McpServer:
                 ready.set_result(None)
                 await wake.wait()
         except BaseException as exc:
-            if not ready.done():
+            if not ready.done() and link.why is not None:  # the server went (it exited, say): that is why
+                ready.set_exception(ServerGone(link.why))
+            elif not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
             elif not self._stop.is_set():
                 link.lose(_why(exc))
@@ -254,6 +266,8 @@ class McpServer:
 
             http = await stack.enter_async_context(bounded_client(self.config.headers, limit))
             return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=limit)
+        from botweave.tools.mcp_stdio import Command, stdio
+
         return stdio(Command(self.config.command or [], self.config.env, self.config.cwd), link)
 
     async def _list_tools(self, client: Any) -> list[Any]:
@@ -334,7 +348,20 @@ class McpServer:
             raise ToolError(f"MCP server {self.name}: {exc.error.message[:MAX_ERROR_CHARS]}") from None
         except Exception as exc:
             raise ToolError(f"MCP server {self.name}: {_why(exc)}") from None
-        return _result(result)
+        try:
+            return _result(result)
+        except ToolError as exc:
+            raise ToolError(self._failed(tool, str(exc))) from None
+
+    def _failed(self, tool: str, text: str) -> str:
+        """A tool's error answer, as the model reads it and as one log line: the server, the
+        tool and the cause (a crash the server keeps to itself is said to be one)."""
+        cause = " ".join(text.split())[:MAX_ERROR_CHARS]
+        if cause == f"Error executing tool {tool}":  # how the SDK's servers answer for a crash
+            cause += " (the server keeps the cause to itself; its own log, shown with -vv, has it)"
+        line = f"MCP server {self.name}: {tool} failed: {cause}"
+        log.warning("%s", redact(line))
+        return line
 
 
 class McpServers:

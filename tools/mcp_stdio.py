@@ -14,7 +14,10 @@ the SDK's `Client` reads and writes `SessionMessage`s on) with its own reader:
   `id`), or, when no id can be read from it, every request in flight: the protocol allows
   nothing else on the server's stdout, so such a line can be anyone's answer;
 - a server that writes more than `FLOOD_LINES` limits' worth without a line break, or closes
-  its output, has lost its link: `Link.lost` is set with why, for the owner to restart it.
+  its output, has lost its link: `Link.lost` is set with why, for the owner to restart it;
+- the server's stderr goes to the bot's log at DEBUG, a line each under the server's name
+  (`-vv`): a tool that crashes writes its whole traceback there, which is for whoever debugs
+  the server, not for the chat beside it. Its last line names why a server that exits did.
 
 The transport keeps the requests in flight (it sees them go out), which is what lets it
 fail them by id. Everything it writes back to the session is an ordinary JSON-RPC error.
@@ -28,14 +31,16 @@ import logging
 import os
 import re
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 
 import anyio
 import mcp_types as types
-from anyio.abc import Process
+from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from botweave.tasks import redact
 from mcp.client.stdio import get_default_environment
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
@@ -49,6 +54,8 @@ READ_CHUNK = 64 * 1024
 HEAD_BYTES = 256
 #: Seconds a stopping server gets after its stdin closed, and again after SIGTERM.
 EXIT_GRACE_SECONDS = 2.0
+#: How much of a line of the server's stderr is kept and logged.
+MAX_STDERR_CHARS = 500
 _ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
@@ -135,7 +142,16 @@ class Link:
         self.lost = asyncio.Event()
         self.why: str | None = None
         self.malformed = 0
+        #: The last line the server wrote to its stderr (what a crash usually ends with).
+        self.last_words: str | None = None
         self._on_lost = on_lost
+
+    def said(self, raw: bytes) -> None:
+        """One line of the server's stderr."""
+        text = raw.decode("utf-8", "replace").strip()[:MAX_STDERR_CHARS]
+        if text:
+            self.last_words = text
+            log.debug("MCP server %s: %s", self.server, redact(text))
 
     def lose(self, why: str) -> None:
         """The connection is no good any more, for `why` (the first reason given is kept)."""
@@ -252,24 +268,47 @@ class Command:
 async def stdio(command: Command, link: Link) -> AsyncIterator[Streams]:
     """Start the server, connect its pipes through `framed`, and stop it on the way out:
     stdin closed, then SIGTERM to its process group, then SIGKILL, each after a grace.
-    Its stderr is the bot's."""
+    Its stderr goes to the log (`Link.said`)."""
     process = await anyio.open_process(
         list(command.argv),
         env=get_default_environment() | dict(command.env),
         cwd=command.cwd,
-        stderr=None,
+        stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    assert process.stdout is not None and process.stdin is not None
-    stdout, stdin = process.stdout, process.stdin
+    assert process.stdout is not None and process.stdin is not None and process.stderr is not None
+    stdout, stdin, stderr = process.stdout, process.stdin, process.stderr
+    relayed = anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(_relay, stderr, link, relayed)
+        try:
+            async with framed(lambda: stdout.receive(READ_CHUNK), stdin.send, link) as streams:
+                yield streams
+        finally:
+            with anyio.CancelScope(shield=True):
+                if link.why == "it closed its output":  # it ended by itself: its last words are on their way
+                    with anyio.move_on_after(EXIT_GRACE_SECONDS):  # (a child of the server may hold stderr open)
+                        await relayed.wait()
+                await stop(process)
+                if process.returncode is not None and link.why == "it closed its output":
+                    words = f": {link.last_words}" if link.last_words else ""
+                    link.why = f"it exited with status {process.returncode}{words}"
+            tasks.cancel_scope.cancel()
+
+
+async def _relay(stderr: ByteReceiveStream, link: Link, done: anyio.Event) -> None:
+    """The server's stderr, line by line, to `link.said` (a line longer than a chunk is cut)."""
+    partial = b""
     try:
-        async with framed(lambda: stdout.receive(READ_CHUNK), stdin.send, link) as streams:
-            yield streams
+        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            while True:
+                *lines, partial = (partial + await stderr.receive(READ_CHUNK)).split(b"\n")
+                partial = partial[-READ_CHUNK:]
+                for line in lines:
+                    link.said(line)
+        link.said(partial)
     finally:
-        with anyio.CancelScope(shield=True):
-            await stop(process)
-            if process.returncode is not None and link.why == "it closed its output":
-                link.why = f"it exited with status {process.returncode}"
+        done.set()
 
 
 async def stop(process: Process) -> None:

@@ -37,7 +37,8 @@ class ConsoleAdapter(Adapter):
     async def start(self, *, inbound: bool = True) -> None:
         self.self_user = BotUser("botweave", "botweave", "botweave", is_bot=True)
         self.outbound = ConsoleOutbound(
-            self._stdout, typed=self.inbound.line_of, save_dir=self.config.save_dir, shown=self.inbound.replied
+            self._stdout, typed=self.inbound.line_of, save_dir=self.config.save_dir, shown=self.inbound.replied,
+            whole_lines=self.inbound.interactive,
         )
         if inbound:
             self.inbound.start()

@@ -127,7 +127,8 @@ class ConsoleInbound:
 
     async def _prompt_lines(self) -> None:
         """The terminal's prompt. Ctrl-D or Ctrl-C at the prompt ends the chat the way end of
-        input ends a pipe: what was asked is answered, then the bot stops."""
+        input ends a pipe: what was asked is answered, then the bot stops (whatever other
+        platforms run beside it: the person at the terminal started it)."""
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory, History, InMemoryHistory
         from prompt_toolkit.patch_stdout import patch_stdout
@@ -145,7 +146,16 @@ class ConsoleInbound:
             with patch_stdout(raw=True):
                 while True:
                     try:
-                        line = await session.prompt_async(PROMPT, rprompt=lambda: THINKING if self.waiting else "")
+                        # The bot's own SIGINT handler stays in place (prompt_toolkit would
+                        # take it over and, leaving, take it away for good); Ctrl-C typed here
+                        # is a key, which ends the prompt below. Failures elsewhere are the
+                        # bot's to log, not a reason to hold the terminal until Enter.
+                        line = await session.prompt_async(
+                            PROMPT,
+                            rprompt=lambda: THINKING if self.waiting else "",
+                            handle_sigint=False,
+                            set_exception_handler=False,
+                        )
                     except (EOFError, KeyboardInterrupt):
                         break
                     if line.strip():

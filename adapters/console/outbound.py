@@ -1,7 +1,10 @@
 """Console output: replies printed to stdout.
 
 A streamed reply is printed as it grows (an edit that extends the text prints only the new
-part), so a terminal shows tokens arriving and a pipe receives clean lines. A terminal cannot
+part), so a pipe receives tokens as they arrive, in clean lines. Beside the prompt of a terminal
+only whole lines are written: the prompt redraws the line it stands on, so a part of a line
+printed there would be wiped by the next redraw (or log line). Markdown code fences, which a
+terminal does not draw, become an indented block. A terminal cannot
 show a file, so a file the bot sends is saved and its path printed, with its caption. Without a
 stream of its own it writes to whatever `sys.stdout` is at the time: on a terminal the prompt
 replaces it with a proxy that prints above the prompt line.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -19,6 +23,23 @@ from typing import TextIO
 
 from botweave.adapter import ActionError, Outbound, Outcome
 from botweave.types import Button, OutboundFile
+
+FENCE = re.compile(r"^\s*```[\w+-]*\s*$")
+CODE_INDENT = "    "
+
+
+def plain(text: str) -> str:
+    """`text` as a terminal shows it: the lines between Markdown code fences indented, the
+    fence lines themselves left out."""
+    if "```" not in text:
+        return text
+    lines, code = [], False
+    for line in text.split("\n"):
+        if FENCE.match(line):
+            code = not code
+            continue
+        lines.append(CODE_INDENT + line if code else line)
+    return "\n".join(lines)
 
 
 class ConsoleOutbound(Outbound):
@@ -29,8 +50,11 @@ class ConsoleOutbound(Outbound):
         typed: Callable[[str], int | None] = lambda message_id: None,
         save_dir: str | None = None,
         shown: Callable[[], None] | None = None,
+        whole_lines: bool = False,
     ) -> None:
         self._stdout = stdout
+        self._whole_lines = whole_lines
+        self._partial = ""  # with whole_lines: the end of a line not written yet
         self._typed = typed  # which line the person typed an id is, if any (reactions may go there)
         self._save_dir = save_dir
         self._shown = shown  # told whenever something is printed
@@ -47,6 +71,11 @@ class ConsoleOutbound(Outbound):
         return self._stdout if self._stdout is not None else sys.stdout
 
     def _write(self, text: str) -> None:
+        if self._whole_lines:
+            lines, newline, self._partial = (self._partial + text).rpartition("\n")
+            if not newline:
+                return
+            text = lines + newline
         out = self._out
         out.write(text)
         out.flush()
@@ -61,6 +90,7 @@ class ConsoleOutbound(Outbound):
     async def send(self, chat_id: str, text: str, *, thread_id: str | None, reply_to: str | None) -> str:
         self.end_line()
         message_id = f"out-{next(self._ids)}"
+        text = plain(text)
         if thread_id:
             text = f"[{thread_id}] {text}"
         self._write(text)
@@ -128,6 +158,7 @@ class ConsoleOutbound(Outbound):
         shown = self.messages.get(message_id)
         if shown is None:
             raise ActionError("failed", "message to edit not found")
+        text = plain(text)
         if text.startswith(shown) and self._open_line:
             self._write(text[len(shown) :])
         else:

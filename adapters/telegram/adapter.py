@@ -385,14 +385,19 @@ class TelegramAdapter(Adapter):
         about the webhook it has on record)."""
         token = self.secret("token")
         api_base = self.config.api_base_url or DEFAULT_API_BASE
-        bot: ExtBot[None] = ExtBot(token, base_url=api_base, request=AiohttpRequest(1, connect_timeout=5.0, read_timeout=10.0))
+        # Both of the bot's HTTP sessions are ours to close: a getMe that fails leaves the bot
+        # uninitialised, and its shutdown() then closes nothing.
+        requests = [AiohttpRequest(1, connect_timeout=5.0, read_timeout=10.0) for _ in range(2)]
+        bot: ExtBot[None] = ExtBot(token, base_url=api_base, request=requests[0], get_updates_request=requests[1])
         checks: list[Check] = []
         try:
             await bot.initialize()  # getMe
         except InvalidToken:
+            await asyncio.gather(*(request.shutdown() for request in requests))
             return [Check("telegram", False, "getMe refused the token (401 Unauthorized)",
                           "set platforms.telegram.token to the token @BotFather gave you")]
         except TelegramError as exc:
+            await asyncio.gather(*(request.shutdown() for request in requests))
             detail = str(exc).replace(token, "***")
             return [Check("telegram", False, f"getMe failed at {_host(api_base)}: {detail}",
                           "check the network, or platforms.telegram.api_base_url")]

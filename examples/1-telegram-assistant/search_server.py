@@ -8,6 +8,7 @@ import urllib.parse
 import urllib.request
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("search", log_level="WARNING")
 
@@ -16,11 +17,16 @@ server = MCPServer("search", log_level="WARNING")
 def web_search(query: str, limit: int = 5) -> list[dict]:
     """Search the web; each result has a title, a URL and a snippet."""
     base = os.environ.get("SEARXNG_URL", "").rstrip("/")
+    # A failure foreseen is a ToolError: its text reaches the model (and the bot's log), where
+    # any other exception is a crash whose cause the SDK keeps in this server's own log.
     if not base:
-        raise ValueError("no search engine configured: set SEARXNG_URL to a SearXNG instance")
+        raise ToolError("no search engine configured: set SEARXNG_URL to a SearXNG instance")
     url = f"{base}/search?" + urllib.parse.urlencode({"q": query, "format": "json"})
-    with urllib.request.urlopen(url, timeout=10) as response:  # a blocking call: this process does nothing else
-        found = json.load(response).get("results", [])
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # a blocking call: this process does nothing else
+            found = json.load(response).get("results", [])
+    except (OSError, ValueError) as exc:
+        raise ToolError(f"the search engine at {base} did not answer: {exc}") from None
     return [
         {"title": hit.get("title", ""), "url": hit.get("url", ""), "snippet": hit.get("content", "")}
         for hit in found[: max(1, min(limit, 10))]
