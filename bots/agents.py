@@ -8,7 +8,7 @@ import json
 import logging
 import mimetypes
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from botweave.mime import UNKNOWN, base_mime
 from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
-from botweave.types import OutboundFile
+from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,36 @@ class History:
             value = json.loads(item)
             messages.extend(value if isinstance(value, list) else [value])
         return complete_exchanges(messages)
+
+    async def load_items(self, conversation: str, max_turns: int) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The newest `max_turns` items as stored (text) and read (messages), oldest first;
+        an item whose messages are not whole exchanges (written before turns were kept
+        whole) keeps only its whole ones."""
+        if max_turns <= 0:
+            return []
+        raw = await self._store.list_range(self.key(conversation), -max_turns, -1)
+        items: list[tuple[str, list[dict[str, Any]]]] = []
+        for item in raw:
+            value = json.loads(item)
+            messages = complete_exchanges(value if isinstance(value, list) else [value])
+            if messages:
+                items.append((item, messages))
+        return items
+
+    def rewrite_ops(
+        self, conversation: str, max_turns: int, items: Sequence[str], messages: Sequence[dict[str, Any]],
+        replaces: str | None = None,
+    ) -> tuple[list[Operation], str]:
+        """The history rewritten as `items` (a summary in the place of the oldest turns) with
+        this turn's `messages` as one item, appended or in the place of `replaces`."""
+        key = self.key(conversation)
+        item = json.dumps(list(messages), ensure_ascii=False)
+        kept = list(items)
+        if replaces is not None and replaces in kept:
+            kept[len(kept) - 1 - kept[::-1].index(replaces)] = item
+        else:
+            kept.append(item)
+        return [Remove(key), Append(key, tuple(kept), max(max_turns, 1))], item
 
     async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
         """Record messages one item each (nothing in them refers to another)."""
@@ -135,6 +165,8 @@ class ToolTurn:
     context: ToolContext
     messages: list[dict[str, Any]] = field(default_factory=list)
     used: list[str] = field(default_factory=list)
+    #: What this turn adds to the agent's instructions (what it remembers of the person).
+    instructions: str = ""
 
     def note(self) -> str:
         """What the model is told about the message it answers, so it can react to it."""
@@ -174,6 +206,10 @@ def _calls_of(parts: tuple[CallPart, ...]) -> list[ToolCall]:
     calls = [ToolCall(part.id or f"call_{part.index}", part.name, part.arguments) for part in parts]
     return [call for call in calls if call.name]
 
+
+#: What an agent is told, for one turn only, of the person whose message it answers (what it
+#: remembers of them); the memory feature provides it, the runtime hands it to the turn.
+Briefing = Callable[["Agent", BotMessage], Awaitable[str]]
 
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
@@ -256,9 +292,18 @@ class Agent:
     def _messages(self, history: list[dict[str, Any]], user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
         system = self.config.instructions
         note = turn.note() if self.tools else ""
-        if note:
-            system = f"{system}\n\n{note}"
+        for extra in (note, turn.instructions):
+            if extra:
+                system = f"{system}\n\n{extra}"
         return [{"role": "system", "content": system}, *history, {"role": "user", "content": user_turn}]
+
+    def frame(self, user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
+        """What every request of the turn carries besides history: instructions and message."""
+        return self._messages([], user_turn, turn)
+
+    def tools_json(self) -> str:
+        """The tools as the request describes them (their size counts against the window)."""
+        return json.dumps([schema_of(tool) for tool in self.tools.values()]) if self.tools else ""
 
     def _request(self, messages: list[dict[str, Any]], stream: bool, *, last_round: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {

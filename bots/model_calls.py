@@ -89,6 +89,11 @@ async def load_litellm() -> Any:
     return litellm_module()
 
 
+def litellm_loaded() -> bool:
+    """Whether litellm is imported already, so that asking it something costs no import."""
+    return _imported
+
+
 class LitellmCalls:
     """Model calls made by litellm (its public `acompletion`) in this process: any provider
     litellm knows, and the custom providers registered with it here."""

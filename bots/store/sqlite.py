@@ -305,6 +305,12 @@ class SQLiteStore(Store):
         if worker is not None:
             await worker.stop()
 
+    async def run(self, operation: Callable[[Db], T], *, write: bool) -> T:
+        """Run `operation` on the store's connection, in its thread and transaction order, for
+        a feature that keeps tables of its own in the file (the memory feature's full-text
+        index). It runs inside a transaction (a savepoint of one); it must not commit."""
+        return await self._do(operation, write=write)
+
     # --- plumbing ----------------------------------------------------------------------------
 
     async def _do(self, run: Callable[[Db], T], *, write: bool) -> T:
