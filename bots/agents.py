@@ -284,6 +284,7 @@ class Agent:
     config: AgentConfig
     tools: dict[str, Tool] = field(default_factory=dict)
     calls: ModelCalls = field(default_factory=LitellmCalls)
+    _tools_json: tuple[tuple[int, ...], str] | None = field(default=None, init=False, repr=False)
 
     @property
     def model(self) -> str:
@@ -302,8 +303,14 @@ class Agent:
         return self._messages([], user_turn, turn)
 
     def tools_json(self) -> str:
-        """The tools as the request describes them (their size counts against the window)."""
-        return json.dumps([schema_of(tool) for tool in self.tools.values()]) if self.tools else ""
+        """The tools as the request describes them (their size counts against the window),
+        made again only when the tools changed (an MCP server listed new ones)."""
+        if not self.tools:
+            return ""
+        offered = tuple(map(id, self.tools.values()))
+        if self._tools_json is None or self._tools_json[0] != offered:
+            self._tools_json = (offered, json.dumps([schema_of(tool) for tool in self.tools.values()]))
+        return self._tools_json[1]
 
     def _request(self, messages: list[dict[str, Any]], stream: bool, *, last_round: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {

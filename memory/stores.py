@@ -66,17 +66,22 @@ class LocalMemory(MemoryBackend):
 
     def __init__(self) -> None:
         self._items: dict[Scope, dict[str, MemoryItem]] = {}
+        self._ordered: dict[Scope, list[MemoryItem]] = {}  # sorted once per change, read every turn
 
     async def add(self, scope: Scope, item: MemoryItem, max_items: int) -> bool:
         held = self._items.setdefault(scope, {})
         if len(held) >= max_items:
             return False
         held[item.id] = item
+        self._ordered.pop(scope, None)
         return True
 
     async def recent(self, scope: Scope, limit: int | None = None) -> list[MemoryItem]:
-        ordered = sorted(self._items.get(scope, {}).values(), key=lambda item: -item.last_used)
-        return ordered if limit is None else ordered[:limit]
+        ordered = self._ordered.get(scope)
+        if ordered is None:
+            ordered = sorted(self._items.get(scope, {}).values(), key=lambda item: -item.last_used)
+            self._ordered[scope] = ordered
+        return list(ordered) if limit is None else ordered[:limit]
 
     async def search(self, scope: Scope, query: str, limit: int = RECALL_LIMIT) -> list[MemoryItem]:
         return matches(self._items.get(scope, {}).values(), query, limit)
@@ -86,12 +91,15 @@ class LocalMemory(MemoryBackend):
         for item_id in ids:
             if item_id in held:
                 held[item_id] = dataclasses.replace(held[item_id], last_used=now)
+        self._ordered.pop(scope, None)
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
         held = self._items.get(scope, {})
+        self._ordered.pop(scope, None)
         return sum(1 for item_id in set(ids) if held.pop(item_id, None) is not None)
 
     async def clear(self, scope: Scope) -> int:
+        self._ordered.pop(scope, None)
         return len(self._items.pop(scope, {}))
 
 
