@@ -7,9 +7,11 @@ model of the race (bench/race_world.py) in a process of its own, so the CPU meas
 bot's alone. With memory on, every person has `--items` items already, so each request carries
 the newest that fit `inject_tokens` and the lookups run on a full memory. Rounds alternate
 off/on; the CPU of `--messages` turns per person is measured with `time.process_time` after a
-warm-up turn each. Target: on / off at most 1.1.
+warm-up turn each, and each side's least CPU per turn over the rounds is compared (the machine
+is shared; another process only ever adds). Target: on / off at most 1.1.
 
     python3 bench/memory.py [--people 50] [--messages 4] [--items 200] [--rounds 3] [--store memory|sqlite]
+                            [--inject-tokens 800]
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ from botweave.store import MemoryStore, SQLiteStore, Store  # noqa: E402
 from tests.support import RecordingAdapter, message  # noqa: E402
 
 
-def config(base_url: str, memory: bool) -> dict[str, Any]:
+def config(base_url: str, memory: bool, inject_tokens: int) -> dict[str, Any]:
     return {
         "bot": {"unknown_user_policy": "allow"},
         "agents": {"assistant": {"model": "openai/bench-model", "api_base": base_url, "api_key": "sk-bench",
-                                 "memory": {"enabled": memory}}},
+                                 "memory": {"enabled": memory, "inject_tokens": inject_tokens}}},
     }
 
 
@@ -62,7 +64,7 @@ async def seed(app: App, people: int, items: int) -> None:
 
 async def one_round(base_url: str, memory: bool, args: argparse.Namespace, folder: Path, round_: int) -> float:
     """CPU seconds per turn."""
-    app = App.from_config(config(base_url, memory), store=store_for(args.store, folder, round_, memory))
+    app = App.from_config(config(base_url, memory, args.inject_tokens), store=store_for(args.store, folder, round_, memory))
     app.add_adapter(RecordingAdapter())
     await app.store.connect()
     if memory:
@@ -94,12 +96,16 @@ async def main(args: argparse.Namespace) -> int:
             for round_ in range(args.rounds):
                 for memory in ((False, True) if round_ % 2 == 0 else (True, False)):
                     (on if memory else off).append(await one_round(base_url, memory, args, Path(tmp), round_))
-        off_ms, on_ms = statistics.median(off) * 1000, statistics.median(on) * 1000
+        # the machine is shared: a round another process slowed only ever costs more, so the
+        # least CPU of each side's rounds is its truest figure (the median is shown too)
+        off_ms, on_ms = min(off) * 1000, min(on) * 1000
+        median_ratio = statistics.median(on) / statistics.median(off)
         print(f"store={args.store} people={args.people} turns/round={args.people * args.messages} items/person={args.items}")
-        print(f"memory off: {off_ms:.3f} ms CPU per turn (rounds: {', '.join(f'{v * 1000:.3f}' for v in off)})")
-        print(f"memory on:  {on_ms:.3f} ms CPU per turn (rounds: {', '.join(f'{v * 1000:.3f}' for v in on)})")
+        print(f"memory off: {off_ms:.3f} ms CPU per turn, least (rounds: {', '.join(f'{v * 1000:.3f}' for v in off)})")
+        print(f"memory on:  {on_ms:.3f} ms CPU per turn, least (rounds: {', '.join(f'{v * 1000:.3f}' for v in on)})")
         ratio = on_ms / off_ms
-        print(f"ratio on/off: {ratio:.3f} (target <= 1.1) {'OK' if ratio <= 1.1 else 'OVER'}")
+        print(f"ratio on/off (least of the rounds): {ratio:.3f} (target <= 1.1) {'OK' if ratio <= 1.1 else 'OVER'}")
+        print(f"ratio on/off (medians): {median_ratio:.3f}")
         return 0
     finally:
         if model.stdin is not None:
@@ -113,6 +119,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=4)
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--inject-tokens", type=int, default=800, help="memory.inject_tokens with memory on")
     parser.add_argument("--store", choices=("memory", "sqlite"), default="memory")
     return parser.parse_args()
 

@@ -207,9 +207,9 @@ def _calls_of(parts: tuple[CallPart, ...]) -> list[ToolCall]:
     return [call for call in calls if call.name]
 
 
-#: What an agent is told, for one turn only, of the person whose message it answers (what it
-#: remembers of them); the memory feature provides it, the runtime hands it to the turn.
-Briefing = Callable[["Agent", BotMessage], Awaitable[str]]
+#: What an agent (by name) is told, for one turn only, of the person whose message it answers
+#: (what it remembers of them); the memory feature provides it, the runtime hands it to turns.
+Briefing = Callable[[str, BotMessage], Awaitable[str]]
 
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."

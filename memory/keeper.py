@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from botweave.agents import Agent
 from botweave.identity import person_of
 from botweave.memory.config import MemoryConfig
 from botweave.memory.items import (
@@ -65,13 +64,13 @@ class MemoryKeeper:
     async def person_of_message(self, msg: BotMessage) -> str:
         return await self.person(msg.platform, msg.sender.user_id)
 
-    async def briefing(self, agent: Agent, msg: BotMessage) -> str:
+    async def briefing(self, agent: str, msg: BotMessage) -> str:
         """The block the agent's instructions carry for this turn: the items of the person who
         wrote `msg`, most recently used first, up to `inject_tokens`."""
-        config = self.agents.get(agent.name)
+        config = self.agents.get(agent)
         if config is None or config.inject_tokens == 0:
             return ""
-        scope = Scope(agent.name, await self.person_of_message(msg))
+        scope = Scope(agent, await self.person_of_message(msg))
         recent = await self.backend.recent(scope, prompt_limit(config.inject_tokens, config.max_items))
         return render(for_prompt(recent, config.inject_tokens))
 

@@ -24,12 +24,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from botweave.agents import Briefing, ToolTurn
 from botweave.conversations import ConversationLocks
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
 from botweave.store import Store
+from botweave.tooling import ToolContext
+from botweave.types import BotMessage
 
 __all__ = ["PASS_TOKEN", "Post", "Room", "RoomMember", "render_transcript"]
 
@@ -47,7 +50,7 @@ class RoomMember(Protocol):
 
     name: str
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str: ...
+    async def complete(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None) -> str: ...
 
 
 def render_transcript(events: Sequence[RoomEvent], max_chars_per_event: int = 4000) -> str:
@@ -84,7 +87,9 @@ class Room:
         *,
         context_events: int = 40,
         max_transcript: int = 1000,
+        briefing: Briefing | None = None,
     ) -> None:
+        self.briefing = briefing
         self.config = config
         self.agents = dict(agents)
         self.store = store
@@ -136,19 +141,27 @@ class Room:
             name = f"{name} (person)"
         return name
 
-    async def handle_human(self, conversation: str, speaker_display_name: str, text: str) -> list[RoomEvent]:
+    async def handle_human(
+        self, conversation: str, speaker_display_name: str, text: str, origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
         """Record a person's message and let the agents answer until the planner settles.
+        `origin` is that message: the agents' turns answer its author, whose memory (each
+        agent its own) they are given.
 
         Returns the events this call added, the person's message first; an empty list when
         the message is recognisably the room's own post coming back (see `_is_echo`).
         """
-        return await self._open(conversation, self.opener_name(speaker_display_name), text, speaker_display_name)
+        return await self._open(
+            conversation, self.opener_name(speaker_display_name), text, speaker_display_name, origin
+        )
 
     async def kickoff(self, conversation: str, text: str, speaker: str = KICKOFF_SPEAKER) -> list[RoomEvent]:
         """Open an activity without a person, e.g. a scheduled stand-up."""
         return await self._open(conversation, self.opener_name(speaker), text)
 
-    async def _open(self, conversation: str, speaker: str, text: str, author: str | None = None) -> list[RoomEvent]:
+    async def _open(
+        self, conversation: str, speaker: str, text: str, author: str | None = None, origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
         async with self._locks.hold(conversation):
             if author is not None and await self._is_echo(conversation, author, text):
                 log.info("room %s: dropping %s's own post coming back in %s", self.name, author, conversation)
@@ -156,7 +169,7 @@ class Room:
             opening = RoomEvent(speaker, text, 0)
             await self._append(conversation, opening)
             transcript = await self.load_transcript(conversation)
-            return [opening, *await self._drain(conversation, transcript)]
+            return [opening, *await self._drain(conversation, transcript, origin)]
 
     async def _is_echo(self, conversation: str, author: str, text: str) -> bool:
         """A message under an agent's name repeating that agent's recent turn is our own post.
@@ -185,7 +198,9 @@ class Room:
             max_len=self.max_transcript,
         )
 
-    async def _drain(self, conversation: str, transcript: list[RoomEvent]) -> list[RoomEvent]:
+    async def _drain(
+        self, conversation: str, transcript: list[RoomEvent], origin: BotMessage | None = None
+    ) -> list[RoomEvent]:
         added: list[RoomEvent] = []
         # Every turn appends one event and the planner caps an activity at max_messages,
         # so this loop ends; the explicit bound guards against a planner bug.
@@ -194,7 +209,7 @@ class Room:
             if step is None:
                 break
             speaker, round_ = step
-            text = await self._ask(speaker, round_, transcript)
+            text = await self._ask(speaker, round_, transcript, conversation, origin)
             passed = text is None
             event = RoomEvent(speaker, text or "", round_, passed)
             transcript.append(event)
@@ -207,14 +222,25 @@ class Room:
                     log.exception("room %s: posting %s's turn in %s failed", self.name, speaker, conversation)
         return added
 
-    async def _ask(self, speaker: str, round_: int, transcript: list[RoomEvent]) -> str | None:
-        """The member's reply, or None for a pass."""
+    async def _ask(
+        self, speaker: str, round_: int, transcript: list[RoomEvent], conversation: str = "",
+        origin: BotMessage | None = None,
+    ) -> str | None:
+        """The member's reply, or None for a pass. A turn a person's message opened answers
+        that person: its tools act for them and it is told what it remembers of them."""
         member = self.agents.get(speaker)
         if member is None:
             log.warning("room %s: roster id %s has no agent; recording a pass", self.name, speaker)
             return None
         try:
-            reply = await member.complete([], self.user_turn(speaker, round_, transcript))
+            prompt = self.user_turn(speaker, round_, transcript)
+            if origin is None:
+                reply = await member.complete([], prompt)
+            else:
+                turn = ToolTurn(ToolContext(member.name, origin, conversation))
+                if self.briefing is not None:
+                    turn.instructions = await self.briefing(member.name, origin)
+                reply = await member.complete([], prompt, turn)
         except Exception as exc:  # a failing model must not stop the room
             log.warning("room %s: %s failed, recording a pass: %s", self.name, speaker, exc)
             return None

@@ -166,6 +166,8 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         {name: agent.message_tools.allow_targets for name, agent in config.agents.items()},
     )
     tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
+    memory = _memory(config, agents, lasting.memory)
+    briefing = memory.briefing if memory.agents else None
     outgoing = Outgoing(config, delivery, targets, lasting.buttons, platforms.adapters)
     transports = config.push.transports(outgoing.send_direct)
     notifier = Notifier(lasting.preferences, transports, kept, directory=config.push.directory)
@@ -173,7 +175,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     if config.rooms:
         rooms = RoomHub(
             config.rooms, agents, kept, outgoing.post_as, targets.canonical,
-            posted=notices.room_posted, missed=notices.room_missed,
+            posted=notices.room_posted, missed=notices.room_missed, briefing=briefing,
         )
     schedules = None
     if config.schedules:
@@ -181,10 +183,9 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
             config.schedules, agents=agents, history=lasting.history, delivery=delivery, targets=targets,
             locks=lasting.locks, bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
         )
-    memory = _memory(config, agents, lasting.memory)
     turn = AgentTurn(
         agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events,
-        briefing=memory.briefing if memory.agents else None,
+        briefing=briefing,
     )
     pipeline = build_pipeline(
         authors=AuthorScreen(kept),

@@ -281,7 +281,7 @@ class AgentTurn:
         images: list[OutboundFile] = []
         tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run))
         if self._briefing is not None:
-            tools.instructions = await self._briefing(agent, msg)
+            tools.instructions = await self._briefing(agent.name, msg)
         fitted = await self.fit(agent, stored, turn.content(prefix), tools)
         earlier, content = fitted.history, fitted.user_content
         typing = TypingIndicator(reply)

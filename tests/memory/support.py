@@ -37,8 +37,8 @@ def memory_block(request: dict[str, Any]) -> str:
 
 def author_of(request: dict[str, Any]) -> str | None:
     users = [m for m in request["messages"] if m["role"] == "user"]
-    found = AUTHOR.search(text_of(users[-1])) if users else None
-    return found.group(1) if found else None
+    found = AUTHOR.findall(text_of(users[-1])) if users else []
+    return found[-1] if found else None  # a room's prompt quotes its transcript: the newest line opened it
 
 
 def leaks(llm: OpenAIEmulator) -> list[str]:
