@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botweave.config import AgentConfig
+from botweave.context import ROUND_FLOOR, fit_round
 from botweave.metrics import model_call
 from botweave.mime import UNKNOWN, base_mime
 from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
@@ -167,6 +168,13 @@ class ToolTurn:
     used: list[str] = field(default_factory=list)
     #: What this turn adds to the agent's instructions (what it remembers of the person).
     instructions: str = ""
+    #: Tokens the tool rounds may still add to the request before the model's window is full
+    #: (None: no limit); results are cut to fit, and below ROUND_FLOOR the rounds end.
+    room: int | None = None
+
+    @property
+    def out_of_room(self) -> bool:
+        return self.room is not None and self.room < ROUND_FLOOR
 
     def note(self) -> str:
         """What the model is told about the message it answers, so it can react to it."""
@@ -213,6 +221,7 @@ Briefing = Callable[[str, BotMessage], Awaitable[str]]
 
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+OUT_OF_ROOM = "I stopped calling tools: their results filled the model's window before I reached an answer."
 #: A user turn as the model reads it: text, or OpenAI-style content parts (text and images).
 UserContent = str | list[dict[str, Any]]
 
@@ -236,6 +245,15 @@ class UserTurn:
 
     def history(self, prefix: str = "") -> str:
         return prefix + (self.text if self.record is None else self.record)
+
+
+def _stopped(turn: ToolTurn, rounds: int, round_number: int) -> str:
+    """What a turn whose tool rounds ended without words says ("" when they did not end)."""
+    if not rounds:
+        return ""
+    if turn.out_of_room:
+        return OUT_OF_ROOM
+    return OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds else ""
 
 
 def decode_data_url(url: str) -> tuple[str, bytes] | None:
@@ -353,6 +371,9 @@ class Agent:
         call_message: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [c.wire() for c in calls]}
         results = await run_round(calls, self.tools, turn.context)
         turn.used.extend(call.name for call in calls)
+        if turn.room is not None:
+            fitted, turn.room = fit_round([call_message, *results], turn.room)
+            call_message, results = fitted[0], fitted[1:]
         for message in (call_message, *results):
             messages.append(message)
             turn.messages.append(message)
@@ -372,16 +393,16 @@ class Agent:
         for round_number in range(rounds + 1):
             started = time.monotonic()
             try:
-                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds))
+                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds or turn.out_of_room))
             except Exception as exc:
                 model_call(self.name, time.monotonic() - started)
                 raise self._failure(exc) from exc
             model_call(self.name, time.monotonic() - started, *(output.usage or (0, 0)))
-            calls = _calls_of(output.calls) if round_number < rounds else []
+            calls = _calls_of(output.calls) if round_number < rounds and not turn.out_of_room else []
             if not calls:
                 if images is not None:
                     images_of(output.image_urls, images)
-                return output.text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
+                return output.text or _stopped(turn, rounds, round_number)
             await self._run_round(messages, turn, output.text, calls)
         return ""  # not reached: the last round never runs calls
 
@@ -401,7 +422,7 @@ class Agent:
         for round_number in range(rounds + 1):
             text = ""
             calls = _StreamedCalls()
-            request = self._request(messages, stream=True, last_round=round_number == rounds)
+            request = self._request(messages, stream=True, last_round=round_number == rounds or turn.out_of_room)
             started = time.monotonic()
             tokens = (0, 0)
             try:
@@ -421,9 +442,9 @@ class Agent:
             finally:
                 model_call(self.name, time.monotonic() - started, *tokens)
             shown = shown or bool(text)
-            made = calls.calls() if round_number < rounds else []
+            made = calls.calls() if round_number < rounds and not turn.out_of_room else []
             if not made:
-                if not shown and round_number == rounds and rounds:
-                    yield OUT_OF_ROUNDS.format(rounds=rounds)
+                if not shown and _stopped(turn, rounds, round_number):
+                    yield _stopped(turn, rounds, round_number)
                 return
             await self._run_round(messages, turn, text, made)

@@ -228,6 +228,31 @@ def transcript(items: Sequence[Sequence[dict[str, Any]]], max_chars: int) -> str
     return joined[-max_chars:] if len(joined) > max_chars else joined
 
 
+#: A turn's tool rounds end when less than this is left of the window: the next request
+#: answers in words.
+ROUND_FLOOR = 256
+RESULT_CUT_NOTE = "…[the rest of this result was cut: the model's window is full]"
+
+
+def fit_round(messages: Sequence[dict[str, Any]], room: int) -> tuple[list[dict[str, Any]], int]:
+    """One tool round (the call message, then its results) with each result cut to its share
+    of the `room` the window has left; the room left after them. The call is never cut (the
+    provider needs it whole), and a result is only ever shortened, never dropped, so every
+    call keeps its result."""
+    call, *results = messages
+    room -= estimate_message(call)
+    fitted: list[dict[str, Any]] = [call]
+    for index, result in enumerate(results):
+        share = max(0, room // (len(results) - index))
+        content = result.get("content")
+        if estimate_message(result) > share and isinstance(content, str):
+            keep = max(0, (share - MESSAGE_OVERHEAD - estimate_text(RESULT_CUT_NOTE)) * 4)
+            result = {**result, "content": content[:keep] + RESULT_CUT_NOTE}
+        room -= estimate_message(result)
+        fitted.append(result)
+    return fitted, room
+
+
 @dataclass(frozen=True, slots=True)
 class Fitted:
     """One request's history as it will be sent, and what became of the stored history:

@@ -284,6 +284,7 @@ class AgentTurn:
             tools.instructions = await self._briefing(agent.name, msg)
         fitted = await self.fit(agent, stored, turn.content(prefix), tools)
         earlier, content = fitted.history, fitted.user_content
+        tools.room = fitted.window - fitted.tokens  # what the tool rounds may add
         typing = TypingIndicator(reply)
         typing.start()
         try:

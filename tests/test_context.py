@@ -169,3 +169,33 @@ async def test_a_message_longer_than_the_window_is_cut_to_fit(llm):
     assert TokenCounter("openai/gpt-emulated").messages(sent) <= WINDOW
     assert "longer than the model's window" in text_of(sent[-1])
     await app.stop()
+
+
+def long_page(number: int) -> str:
+    """A page of a long document (the tests' stand-in for a tool with a big result)."""
+    return f"page {number}: " + "lorem ipsum " * 3000
+
+
+async def test_tool_rounds_are_cut_to_the_window_and_end_when_it_is_full(llm):
+    from tests.emulators.openai import tool_call
+
+    config = chat_config(llm, "trim")
+    config["agents"]["assistant"]["tools"] = [{"python": "tests.test_context:long_page"}]
+    app = App.from_config(config, store=MemoryStore())
+    adapter = RecordingAdapter()
+    app.add_adapter(adapter)
+    def reader(body: dict[str, Any]) -> Any:
+        if body.get("tool_choice") == "none":  # as OpenAI does: no calls when told so
+            return "Read what fitted."
+        return tool_call("long_page", {"number": sum(m["role"] == "tool" for m in body["messages"])})
+
+    llm.on_request = reader
+    await app.handle(message("read the whole document"))
+    counter = TokenCounter("openai/gpt-emulated")
+    sent = [r for r in llm.requests]
+    assert all(counter.messages(r["messages"]) + estimate_text(json.dumps(r.get("tools", []))) <= WINDOW for r in sent)
+    assert "the model's window is full" in json.dumps(sent[1]["messages"])  # the result was cut, not dropped
+    assert sent[-1].get("tool_choice") == "none"  # out of room: the last request answers in words
+    llm.assert_tool_protocol()
+    assert adapter.texts() == ["Read what fitted."]
+    await app.stop()
