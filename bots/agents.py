@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botweave.config import AgentConfig
-from botweave.context import ROUND_FLOOR, fit_round
+from botweave.context import ROUND_FLOOR, estimate_message, fit_round
 from botweave.metrics import model_call
 from botweave.mime import UNKNOWN, base_mime
 from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
@@ -171,6 +171,8 @@ class ToolTurn:
     #: Tokens the tool rounds may still add to the request before the model's window is full
     #: (None: no limit); results are cut to fit, and below ROUND_FLOOR the rounds end.
     room: int | None = None
+    #: How the room is counted (the context's token counter).
+    count: Callable[[dict[str, Any]], int] = estimate_message
 
     @property
     def out_of_room(self) -> bool:
@@ -372,7 +374,7 @@ class Agent:
         results = await run_round(calls, self.tools, turn.context)
         turn.used.extend(call.name for call in calls)
         if turn.room is not None:
-            fitted, turn.room = fit_round([call_message, *results], turn.room)
+            fitted, turn.room = fit_round([call_message, *results], turn.room, turn.count)
             call_message, results = fitted[0], fitted[1:]
         for message in (call_message, *results):
             messages.append(message)

@@ -15,10 +15,13 @@ summary among them) become one summary, written by the agent's model (or
 summary call that fails costs the turn nothing but the folded turns: the request is sent
 trimmed, says nothing of a summary, and the next turn tries again.
 
-Token counts: litellm's `token_counter` for text messages when litellm is loaded already and
-knows the model; otherwise an estimate, a token per four ASCII characters and one per other
-character (CJK text runs close to a token a character), four per message for its framing, and
-a flat `IMAGE_TOKENS` per image. Counts of stored turns are cached by their stored text.
+Token counts: an estimate, a token per three ASCII characters (English prose runs near four,
+so this errs on the safe side) and one per other character (CJK text runs close to a token a
+character), four per message for its framing, and a flat `IMAGE_TOKENS` per image; for a
+model litellm knows, the larger of that and litellm's `token_counter` (text that tokenizes
+densely, such as ids and digits, can run over the estimate). litellm is imported (once, in a
+thread) only when the count matters: the agent sets `context.max_tokens`, or a request is over
+`SMALL_REQUEST` by the estimate. Counts of stored turns are cached by their stored text.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import json
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +104,7 @@ def plan_context(
 
 def estimate_text(text: str) -> int:
     ascii_chars = sum(1 for char in text if char < "\x80") if not text.isascii() else len(text)
-    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
+    return math.ceil(ascii_chars / 3) + (len(text) - ascii_chars)
 
 
 def estimate_message(message: dict[str, Any]) -> int:
@@ -132,6 +135,11 @@ class TokenCounter:
         self._known: bool | None = None
         self._cache: OrderedDict[str, int] = OrderedDict()
 
+    @property
+    def wants_litellm(self) -> bool:
+        """Whether loading litellm would make the counts better (it knows tokenizers)."""
+        return not litellm_loaded() and not self.model.startswith(_OFFLINE)
+
     def _litellm(self) -> Any | None:
         if not litellm_loaded() or self.model.startswith(_OFFLINE):
             return None
@@ -143,16 +151,19 @@ class TokenCounter:
                 self._known = True
             except Exception:  # litellm raises a bare Exception for a model it does not map
                 self._known = False
+            if self._known:
+                self._cache.clear()  # counted by the estimate alone until now
         return litellm if self._known else None
 
     def message(self, message: dict[str, Any]) -> int:
+        estimate = estimate_message(message)
         litellm = self._litellm()
         if litellm is not None and isinstance(message.get("content"), str) and not message.get("tool_calls"):
             try:
-                return int(litellm.token_counter(model=self.model, messages=[message]))
+                return max(estimate, int(litellm.token_counter(model=self.model, messages=[message])))
             except Exception:  # a tokenizer that cannot load: the estimate stands in
                 log.debug("token_counter failed for %s; estimating", self.model, exc_info=True)
-        return estimate_message(message)
+        return estimate
 
     def messages(self, messages: Sequence[dict[str, Any]]) -> int:
         return sum(self.message(m) for m in messages)
@@ -232,23 +243,35 @@ def transcript(items: Sequence[Sequence[dict[str, Any]]], max_chars: int) -> str
 #: answers in words.
 ROUND_FLOOR = 256
 RESULT_CUT_NOTE = "…[the rest of this result was cut: the model's window is full]"
+#: A result keeps at least this many tokens however full the window is, so a short answer (an
+#: error saying what was wrong) always reaches the model whole.
+RESULT_FLOOR = 100
 
 
-def fit_round(messages: Sequence[dict[str, Any]], room: int) -> tuple[list[dict[str, Any]], int]:
+def fit_round(
+    messages: Sequence[dict[str, Any]], room: int, count: Callable[[dict[str, Any]], int] = estimate_message
+) -> tuple[list[dict[str, Any]], int]:
     """One tool round (the call message, then its results) with each result cut to its share
-    of the `room` the window has left; the room left after them. The call is never cut (the
-    provider needs it whole), and a result is only ever shortened, never dropped, so every
-    call keeps its result."""
+    of the `room` the window has left, as `count` counts; the room left after them. The call is
+    never cut (the provider needs it whole), and a result is only ever shortened, never
+    dropped, so every call keeps its result; a short result (up to RESULT_FLOOR) is kept whole.
+    Only a model's own oversized call (its arguments go back to it as it wrote them) can leave
+    the room below zero; the next request then asks for words."""
     call, *results = messages
-    room -= estimate_message(call)
+    room -= count(call)
     fitted: list[dict[str, Any]] = [call]
     for index, result in enumerate(results):
-        share = max(0, room // (len(results) - index))
+        share = max(RESULT_FLOOR, room // (len(results) - index))
         content = result.get("content")
-        if estimate_message(result) > share and isinstance(content, str):
-            keep = max(0, (share - MESSAGE_OVERHEAD - estimate_text(RESULT_CUT_NOTE)) * 4)
-            result = {**result, "content": content[:keep] + RESULT_CUT_NOTE}
-        room -= estimate_message(result)
+        size = count(result)
+        if size > share and isinstance(content, str):
+            keep, cut = len(content), result
+            while size > share and keep > 0:
+                keep = max(0, min(keep - 1, keep * share // size - 16))
+                cut = {**result, "content": content[:keep] + RESULT_CUT_NOTE}
+                size = count(cut)
+            result = cut
+        room -= size
         fitted.append(result)
     return fitted, room
 
@@ -291,11 +314,18 @@ class Context:
         """The history to send with a request made of `frame` (the system message and the new
         user message) and the tools, and the stored history to keep when it was folded."""
         counter = self.counter
+        settings = self.config.context
+        if settings.max_tokens is not None and counter.wants_litellm:
+            await load_litellm()
         fixed = counter.messages(frame) + (estimate_text(tools_json) if tools_json else 0)
         sizes = [(counter.item(raw, messages), len(messages)) for raw, messages in items]
         total = fixed + sum(tokens for tokens, _ in sizes)
+        if total > SMALL_REQUEST and counter.wants_litellm:
+            await load_litellm()  # the count matters now: count again with the model's tokenizer
+            fixed = counter.messages(frame) + (estimate_text(tools_json) if tools_json else 0)
+            sizes = [(counter.item(raw, messages), len(messages)) for raw, messages in items]
+            total = fixed + sum(tokens for tokens, _ in sizes)
         window = await self.window(total)
-        settings = self.config.context
         plan = plan_context(sizes, fixed, window, settings.keep_recent, settings.compaction)
         if plan.overflow:
             user_content, fixed = self._cut(user_content, frame, fixed, window)

@@ -90,8 +90,9 @@ async def load_litellm() -> Any:
 
 
 def litellm_loaded() -> bool:
-    """Whether litellm is imported already, so that asking it something costs no import."""
-    return _imported
+    """Whether litellm is imported already (whoever imported it), so that asking it something
+    costs no import."""
+    return litellm_module.cache_info().currsize > 0
 
 
 class LitellmCalls:

@@ -285,6 +285,7 @@ class AgentTurn:
         fitted = await self.fit(agent, stored, turn.content(prefix), tools)
         earlier, content = fitted.history, fitted.user_content
         tools.room = fitted.window - fitted.tokens  # what the tool rounds may add
+        tools.count = self.context(agent).counter.message
         typing = TypingIndicator(reply)
         typing.start()
         try:

@@ -69,13 +69,25 @@ def test_a_growing_chat_is_compacted_rarely_not_every_turn():
     assert compactions and min(gaps) >= keep_recent
 
 
-def test_the_estimate_counts_ascii_by_four_and_other_characters_one_each():
-    assert estimate_text("a" * 40) == 10
+def test_the_estimate_counts_ascii_by_three_and_other_characters_one_each():
+    assert estimate_text("a" * 42) == 14
     assert estimate_text("日本語") == 3
     assert estimate_text("ab日本") == 3
     counter = TokenCounter("offline/echo")
-    assert counter.messages([{"role": "user", "content": "a" * 40}]) == 14
-    assert counter.messages([{"role": "user", "content": [{"type": "text", "text": "abcd"}, {"type": "image_url"}]}]) == 1005
+    assert counter.messages([{"role": "user", "content": "a" * 42}]) == 18
+    assert counter.messages([{"role": "user", "content": [{"type": "text", "text": "abcd"}, {"type": "image_url"}]}]) == 1006
+
+
+def test_a_model_litellm_knows_counts_the_larger_of_its_tokenizer_and_the_estimate():
+    from botweave.model_calls import litellm_module
+
+    litellm = litellm_module()
+    counter = TokenCounter("openai/gpt-4o-mini")
+    dense = {"role": "user", "content": " ".join(f"{n:x}{n * 7919:x}" for n in range(400))}
+    prose = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 40}
+    for sent in (dense, prose):
+        exact = litellm.token_counter(model="openai/gpt-4o-mini", messages=[sent])
+        assert TokenCounter("openai/gpt-4o-mini").message(sent) == max(exact, counter.message(sent)) >= exact
 
 
 WINDOW = 600
