@@ -7,7 +7,9 @@ import json
 import re
 from typing import Any
 
+import pytest
 from botweave import App
+from botweave.gateway import GatewayError
 from botweave.memory.items import MAX_FACT_CHARS
 from botweave.store import MemoryStore
 
@@ -165,6 +167,10 @@ async def test_a_telegram_account_and_a_web_principal_share_one_memory_once_link
         assert fact in memory_block(llm.requests[-1])
         listed = (await bob.call("memory.list"))["items"]
         assert [(i["number"], i["text"]) for i in listed] == [(1, fact)]
+        item_id = listed[0]["id"]
+        with pytest.raises(GatewayError) as missing:
+            await bob.call("memory.forget", {"item_id": "nosuchitem"})
+        assert missing.value.code == "not_found"
         async with client(app, "eve") as eve:
             assert (await eve.call("memory.list"))["items"] == []  # another principal sees nothing
         await bob.send(session, "/unlink")
@@ -176,6 +182,13 @@ async def test_a_telegram_account_and_a_web_principal_share_one_memory_once_link
     await wait_until(lambda: len(emu.sent_texts(chat["id"])) >= 3, timeout=20, what="/memory")
     assert f"1. {fact}" in emu.sent_texts(chat["id"])[-1]
     async with client(app, "bob") as bob:
-        forgotten = await bob.call("memory.forget", {"all": True})
-        assert forgotten == {"forgotten": 0}
+        assert await bob.call("memory.forget", {"all": True}) == {"forgotten": 0}
+        with pytest.raises(GatewayError):  # unlinked: Ann's item is not Bob's to delete
+            await bob.call("memory.forget", {"item_id": item_id})
+    async with client(app, "ann") as web_ann:  # another principal, never linked
+        with pytest.raises(GatewayError):
+            await web_ann.call("memory.forget", {"item_id": item_id})
+    emu.push_message(chat, ann, "/forget 1")
+    await wait_until(lambda: len(emu.sent_texts(chat["id"])) >= 4, timeout=20, what="/forget")
+    assert emu.sent_texts(chat["id"])[-1] == f"Deleted: {fact}"
     assert leaks(llm) == []
