@@ -18,10 +18,7 @@ from botweave.memory.items import (
     FactRefused,
     MemoryItem,
     checked_fact,
-    for_prompt,
     new_item_id,
-    prompt_limit,
-    render,
 )
 from botweave.memory.stores import MemoryBackend, Scope, memory_backend
 from botweave.store import Store
@@ -71,8 +68,7 @@ class MemoryKeeper:
         if config is None or config.inject_tokens == 0:
             return ""
         scope = Scope(agent, await self.person_of_message(msg))
-        recent = await self.backend.recent(scope, prompt_limit(config.inject_tokens, config.max_items))
-        return render(for_prompt(recent, config.inject_tokens))
+        return await self.backend.block(scope, config.inject_tokens, config.max_items)
 
     async def remember(self, agent: str, person: str, fact: object, source: str) -> MemoryItem:
         """Keep `fact` for `person`; FactRefused says why not."""

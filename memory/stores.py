@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botweave.memory.items import RECALL_LIMIT, MemoryItem, matches, terms
+from botweave.memory.items import RECALL_LIMIT, MemoryItem, for_prompt, matches, prompt_limit, render, terms
 from botweave.store import SQLiteStore, Store
 from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
@@ -60,6 +60,10 @@ class MemoryBackend(ABC):
     async def clear(self, scope: Scope) -> int:
         """Delete every item of the scope for good; how many there were."""
 
+    async def block(self, scope: Scope, inject_tokens: int, max_items: int) -> str:
+        """What a request's instructions carry of the scope: its newest items that fit."""
+        return render(for_prompt(await self.recent(scope, prompt_limit(inject_tokens, max_items)), inject_tokens))
+
 
 class LocalMemory(MemoryBackend):
     """Items in this process, for the in-memory store."""
@@ -67,13 +71,25 @@ class LocalMemory(MemoryBackend):
     def __init__(self) -> None:
         self._items: dict[Scope, dict[str, MemoryItem]] = {}
         self._ordered: dict[Scope, list[MemoryItem]] = {}  # sorted once per change, read every turn
+        self._blocks: dict[Scope, dict[tuple[int, int], str]] = {}  # rendered once per change
+
+    def _changed(self, scope: Scope) -> None:
+        self._ordered.pop(scope, None)
+        self._blocks.pop(scope, None)
+
+    async def block(self, scope: Scope, inject_tokens: int, max_items: int) -> str:
+        rendered = self._blocks.setdefault(scope, {})
+        found = rendered.get((inject_tokens, max_items))
+        if found is None:
+            found = rendered[(inject_tokens, max_items)] = await super().block(scope, inject_tokens, max_items)
+        return found
 
     async def add(self, scope: Scope, item: MemoryItem, max_items: int) -> bool:
         held = self._items.setdefault(scope, {})
         if len(held) >= max_items:
             return False
         held[item.id] = item
-        self._ordered.pop(scope, None)
+        self._changed(scope)
         return True
 
     async def recent(self, scope: Scope, limit: int | None = None) -> list[MemoryItem]:
@@ -91,15 +107,15 @@ class LocalMemory(MemoryBackend):
         for item_id in ids:
             if item_id in held:
                 held[item_id] = dataclasses.replace(held[item_id], last_used=now)
-        self._ordered.pop(scope, None)
+        self._changed(scope)
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
         held = self._items.get(scope, {})
-        self._ordered.pop(scope, None)
+        self._changed(scope)
         return sum(1 for item_id in set(ids) if held.pop(item_id, None) is not None)
 
     async def clear(self, scope: Scope) -> int:
-        self._ordered.pop(scope, None)
+        self._changed(scope)
         return len(self._items.pop(scope, {}))
 
 
