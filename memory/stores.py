@@ -127,6 +127,10 @@ CREATE TABLE IF NOT EXISTS memory_items (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS memory_items_used ON memory_items (agent, person, last_used);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5(text, agent UNINDEXED, person UNINDEXED, id UNINDEXED);
+CREATE TABLE IF NOT EXISTS memory_blocks (
+    agent TEXT NOT NULL, person TEXT NOT NULL, inject INTEGER NOT NULL, max_items INTEGER NOT NULL, block TEXT NOT NULL,
+    PRIMARY KEY (agent, person, inject, max_items)
+) WITHOUT ROWID;
 """
 _COLUMNS = "id, text, created, last_used, source"
 
@@ -136,6 +140,11 @@ def _create_tables(db: sqlite3.Connection) -> None:
     for statement in _SQL_SCHEMA.split(";"):
         if statement.strip():
             db.execute(statement)
+
+
+def _stale(db: sqlite3.Connection, scope: Scope) -> None:
+    """The scope changed: its rendered blocks go (in the transaction that changed it)."""
+    db.execute("DELETE FROM memory_blocks WHERE agent = ? AND person = ?", (scope.agent, scope.person))
 
 
 def _item(row: Sequence[Any]) -> MemoryItem:
@@ -170,6 +179,7 @@ class SQLiteMemory(MemoryBackend):
                 "INSERT INTO memory_fts (text, agent, person, id) VALUES (?, ?, ?, ?)",
                 (item.text, scope.agent, scope.person, item.id),
             )
+            _stale(db, scope)
             return True
 
         return bool(await self._run(add, write=True))
@@ -184,6 +194,38 @@ class SQLiteMemory(MemoryBackend):
 
         result: list[MemoryItem] = await self._run(recent, write=False)
         return result
+
+    async def block(self, scope: Scope, inject_tokens: int, max_items: int) -> str:
+        """The rendered block as kept since the scope last changed (every change deletes it in
+        its own transaction, so no process reads a stale one); made again after a change from
+        the newest items that fit, chosen in SQL (a running sum of each line's tokens as
+        `item_tokens` counts them)."""
+        if inject_tokens <= 0:
+            return ""
+        key = (scope.agent, scope.person, inject_tokens, max_items)
+
+        def kept(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT block FROM memory_blocks WHERE agent = ? AND person = ? AND inject = ? AND max_items = ?", key
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        def made(db: sqlite3.Connection) -> str:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM (SELECT {_COLUMNS}, SUM((length(text) + length(id) + 9) / 4) "
+                "OVER (ORDER BY last_used DESC ROWS UNBOUNDED PRECEDING) AS used FROM memory_items "
+                "WHERE agent = ? AND person = ?) WHERE used <= ? ORDER BY last_used DESC LIMIT ?",
+                (scope.agent, scope.person, inject_tokens, max_items),
+            ).fetchall()
+            text = render(for_prompt([_item(row) for row in rows], inject_tokens))
+            db.execute("INSERT OR REPLACE INTO memory_blocks (agent, person, inject, max_items, block) VALUES (?, ?, ?, ?, ?)",
+                       (*key, text))
+            return text
+
+        found: str | None = await self._run(kept, write=False)
+        if found is None:
+            found = await self._run(made, write=True)
+        return found
 
     async def search(self, scope: Scope, query: str, limit: int = RECALL_LIMIT) -> list[MemoryItem]:
         words = terms(query)
@@ -209,6 +251,7 @@ class SQLiteMemory(MemoryBackend):
                 "UPDATE memory_items SET last_used = ? WHERE agent = ? AND person = ? AND id = ?",
                 [(now, scope.agent, scope.person, item_id) for item_id in ids],
             )
+            _stale(db, scope)
 
         await self._run(touch, write=True)
 
@@ -219,6 +262,7 @@ class SQLiteMemory(MemoryBackend):
                 where = (scope.agent, scope.person, item_id)
                 gone += db.execute("DELETE FROM memory_items WHERE agent = ? AND person = ? AND id = ?", where).rowcount
                 db.execute("DELETE FROM memory_fts WHERE agent = ? AND person = ? AND id = ?", where)
+            _stale(db, scope)
             return gone
 
         return int(await self._run(delete, write=True))
@@ -228,16 +272,34 @@ class SQLiteMemory(MemoryBackend):
             where = (scope.agent, scope.person)
             gone = db.execute("DELETE FROM memory_items WHERE agent = ? AND person = ?", where).rowcount
             db.execute("DELETE FROM memory_fts WHERE agent = ? AND person = ?", where)
+            _stale(db, scope)
             return int(gone)
 
         return int(await self._run(clear, write=True))
 
 
+# Every change deletes the scope's rendered blocks (KEYS[3]) and moves its version (KEYS[4]) on.
 _ADD = """
 if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('DEL', KEYS[3])
+redis.call('INCR', KEYS[4])
 return 1
+"""
+_TOUCH = """
+local changed = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
+    redis.call('ZADD', KEYS[2], ARGV[1], ARGV[i]); changed = 1
+  end
+end
+if changed == 1 then redis.call('DEL', KEYS[3]); redis.call('INCR', KEYS[4]) end
+return changed
+"""
+_KEEP_BLOCK = """
+if (redis.call('GET', KEYS[2]) or '0') == ARGV[1] then redis.call('HSET', KEYS[1], ARGV[2], ARGV[3]) end
+return 0
 """
 _RECENT = """
 local ids = redis.call('ZREVRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1, 'WITHSCORES')
@@ -254,13 +316,17 @@ return out
 _DELETE = """
 local gone = redis.call('HDEL', KEYS[1], unpack(ARGV))
 redis.call('ZREM', KEYS[2], unpack(ARGV))
+redis.call('DEL', KEYS[3])
+redis.call('INCR', KEYS[4])
 return gone
 """
 
 
 class RedisMemory(MemoryBackend):
     """Items in Redis, shared by every worker: a hash (id → item) and a sorted set (id → when
-    last used) per agent and person; adding checks the cap in the same step."""
+    last used) per agent and person; adding checks the cap in the same step. The rendered
+    block a turn reads is kept in a hash that every change deletes; a block made from what was
+    read is kept only if the scope's version did not move meanwhile, so none is ever stale."""
 
     def __init__(self, store: RedisStore) -> None:
         self._redis = store.client
@@ -268,10 +334,27 @@ class RedisMemory(MemoryBackend):
         self._add = self._redis.register_script(_ADD)
         self._recent = self._redis.register_script(_RECENT)
         self._delete = self._redis.register_script(_DELETE)
+        self._touch = self._redis.register_script(_TOUCH)
+        self._keep_block = self._redis.register_script(_KEEP_BLOCK)
 
     def _keys(self, scope: Scope) -> list[str]:
         base = self._key(scope.key())
-        return [f"{base}:items", f"{base}:used"]
+        return [f"{base}:items", f"{base}:used", f"{base}:block", f"{base}:version"]
+
+    async def block(self, scope: Scope, inject_tokens: int, max_items: int) -> str:
+        if inject_tokens <= 0:
+            return ""
+        keys = self._keys(scope)
+        field = f"{inject_tokens}:{max_items}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys[2], field)
+            pipe.get(keys[3])
+            found, version = await pipe.execute()
+        if found is not None:
+            return str(found)
+        text = await super().block(scope, inject_tokens, max_items)
+        await self._keep_block(keys=[keys[2], keys[3]], args=[version or "0", field, text])
+        return text
 
     async def add(self, scope: Scope, item: MemoryItem, max_items: int) -> bool:
         return bool(await self._add(keys=self._keys(scope), args=[item.id, item.to_json(), item.last_used, max_items]))
@@ -289,7 +372,7 @@ class RedisMemory(MemoryBackend):
 
     async def touch(self, scope: Scope, ids: Sequence[str], now: float) -> None:
         if ids:
-            await self._redis.zadd(self._keys(scope)[1], {item_id: now for item_id in ids}, xx=True)
+            await self._touch(keys=self._keys(scope), args=[now, *ids])
 
     async def delete(self, scope: Scope, ids: Sequence[str]) -> int:
         if not ids:
@@ -300,8 +383,9 @@ class RedisMemory(MemoryBackend):
         keys = self._keys(scope)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hlen(keys[0])
-            pipe.delete(*keys)
-            held, _ = await pipe.execute()
+            pipe.delete(keys[0], keys[1], keys[2])
+            pipe.incr(keys[3])  # never back to an earlier version: a block made before stays unkept
+            held, _, _ = await pipe.execute()
         return int(held)
 
 

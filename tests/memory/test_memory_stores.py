@@ -98,3 +98,20 @@ def test_the_scan_ranks_by_shared_words_then_recency():
     items = [item("1", "tea with milk", 1), item("2", "green tea and honey", 2), item("3", "coffee", 3)]
     assert [i.id for i in matches(items, "green tea")] == ["2", "1"]
     assert matches(items, "!!!") == []
+
+
+async def test_the_block_a_turn_reads_follows_every_change(store):
+    memory = await filled(store)
+    first = await memory.block(ANN, 800, 10)
+    assert first.index("lives in Porto") < first.index("likes green tea") and "Rex" not in first
+    assert await memory.block(ANN, 800, 10) == first  # read again unchanged
+    await memory.touch(ANN, ["a0"], 900.0)
+    moved = await memory.block(ANN, 800, 10)
+    assert moved.index("likes green tea") < moved.index("lives in Porto")
+    assert await memory.add(ANN, item("a7", "plays the cello", 950.0), max_items=10)
+    assert "- [a7] plays the cello" in (await memory.block(ANN, 800, 10)).splitlines()[1]
+    await memory.delete(ANN, ["a7"])
+    assert "cello" not in await memory.block(ANN, 800, 10)
+    assert await memory.block(ANN, 9, 10) == render([item("a0", "likes green tea", 900.0)])  # only what fits
+    await memory.clear(ANN)
+    assert await memory.block(ANN, 800, 10) == "" and "Rex" in await memory.block(BOB, 800, 10)
