@@ -20,6 +20,7 @@ LINK_USAGE = "[CODE]"
 UNLINK_HELP = "undo /link: this account is on its own again"
 NOTHING_KEPT = "I don't remember anything about you."
 PRIVATE_ONLY = "Send /link in a private chat with me: a link code is personal."
+MEMORY_PRIVATE = "Send /{command} in a private chat with me: what I keep about you is for you alone."
 
 
 def _line(entry: Numbered, several_agents: bool) -> str:
@@ -42,6 +43,8 @@ class MemoryCommands:
         return await self.keeper.person_of_message(inbound.message)
 
     async def memory(self, inbound: Inbound) -> str:
+        if inbound.message.is_group:
+            return MEMORY_PRIVATE.format(command="memory")
         if not self.keeper.agents:
             return "Memory is off for every agent here: I keep nothing about you between conversations."
         listing = await self.keeper.listing(await self._person(inbound))
@@ -52,6 +55,8 @@ class MemoryCommands:
         return "What I remember about you:\n" + "\n".join(lines) + "\n\n/forget N deletes one, /forget all deletes everything."
 
     async def forget(self, inbound: Inbound) -> str:
+        if inbound.message.is_group:
+            return MEMORY_PRIVATE.format(command="forget")
         args = inbound.message.command_args
         if len(args) != 1:
             return f"Usage: /forget {FORGET_USAGE} (the numbers are those /memory shows)."

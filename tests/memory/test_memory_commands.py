@@ -57,6 +57,9 @@ async def test_memory_lists_numbered_and_forget_deletes_one_or_all_for_good(llm)
     assert await said(app, adapter, "/memory") == "I don't remember anything about you."
     assert await app.memory.backend.recent(scope("test:u1")) == []  # gone from the store, not hidden
     assert "1. a dog" in await said(app, adapter, "/memory", user_id="bob", chat_id="c2")
+    in_group = await said(app, adapter, "/memory", user_id="bob", chat_id="team", channel_type="group")
+    assert "private chat" in in_group and "dog" not in in_group  # never listed where others read
+    assert "private chat" in await said(app, adapter, "/forget 1", user_id="bob", chat_id="team", channel_type="group")
     await app.stop()
 
 
