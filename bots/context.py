@@ -280,13 +280,13 @@ def fit_round(
 class Fitted:
     """One request's history as it will be sent, and what became of the stored history:
     `stored` is the new list of stored items when a summary replaced the oldest (None: the
-    stored history is unchanged); `tokens` is the request's size."""
+    stored history is unchanged); `tokens` is the request's size and `user_content` the new
+    message as sent (cut when it alone was over the window)."""
 
     history: list[dict[str, Any]]
     stored: list[str] | None
     tokens: int
     window: int
-    summarized: bool
     user_content: Any
 
 
@@ -332,12 +332,12 @@ class Context:
         kept = list(items[plan.fold:])
         history = [m for _, messages in kept for m in messages]
         if plan.fold == 0:
-            return Fitted(history, None, fixed + sum(t for t, _ in sizes), window, bool(items) and is_summary(items[0][1]), user_content)
+            return Fitted(history, None, fixed + sum(t for t, _ in sizes), window, user_content)
         folded = [messages for _, messages in items[: plan.fold]]
         summary = await self._summary(folded, window) if plan.summarize else None
         if summary is None:
             tokens = fixed + sum(t for t, _ in sizes[plan.fold:])
-            return Fitted(history, None, tokens, window, False, user_content)
+            return Fitted(history, None, tokens, window, user_content)
         item = [{"role": "system", "content": SUMMARY_PREFIX + summary}]
         raw = json.dumps(item, ensure_ascii=False)
         summary_tokens = counter.item(raw, item)
@@ -347,7 +347,7 @@ class Context:
                 history = history[1:]
         stored = [raw, *(raw_item for raw_item, _ in kept)]
         tokens = fixed + summary_tokens + counter.messages(history)
-        return Fitted([*item, *history], stored, tokens, window, True, user_content)
+        return Fitted([*item, *history], stored, tokens, window, user_content)
 
     def _cut(self, content: Any, frame: Sequence[dict[str, Any]], fixed: int, window: int) -> tuple[Any, int]:
         """The new message shortened until the request fits (text only; pictures stay)."""

@@ -5,9 +5,9 @@ from botweave.memory.commands import MemoryCommands, MemoryMethods
 from botweave.memory.config import AgentMemory, MemoryConfig
 from botweave.memory.keeper import MemoryKeeper
 from botweave.memory.links import Links
-from botweave.memory.tools import MEMORY_TOOLS, memory_tools
+from botweave.memory.tools import memory_tools
 
 __all__ = [
-    "MEMORY_TOOLS", "AgentMemory", "Links", "MemoryCommands", "MemoryConfig", "MemoryKeeper", "MemoryMethods",
+    "AgentMemory", "Links", "MemoryCommands", "MemoryConfig", "MemoryKeeper", "MemoryMethods",
     "memory_tools",
 ]

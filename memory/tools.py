@@ -12,7 +12,6 @@ from botweave.memory.items import MAX_FACT_CHARS, FactRefused
 from botweave.memory.keeper import MemoryKeeper
 from botweave.tooling import Tool, ToolContext, ToolError
 
-MEMORY_TOOLS = ("remember", "recall", "forget")
 _TIMEOUT_S = 10.0
 
 
