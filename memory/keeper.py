@@ -67,8 +67,9 @@ class MemoryKeeper:
         config = self.agents.get(agent)
         if config is None or config.inject_tokens == 0:
             return ""
-        scope = Scope(agent, await self.person_of_message(msg))
-        return await self.backend.block(scope, config.inject_tokens, config.max_items)
+        return await self.backend.account_block(
+            agent, msg.platform, msg.sender.user_id, config.inject_tokens, config.max_items
+        )
 
     async def remember(self, agent: str, person: str, fact: object, source: str) -> MemoryItem:
         """Keep `fact` for `person`; FactRefused says why not."""

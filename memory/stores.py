@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from botweave.identity import account_id, link_key, person_of
 from botweave.memory.items import RECALL_LIMIT, MemoryItem, for_prompt, matches, prompt_limit, render, terms
 from botweave.store import SQLiteStore, Store
 from botweave.store.patient import backend
@@ -36,6 +37,8 @@ class Scope:
 
 
 class MemoryBackend(ABC):
+    #: The state store the bot runs on, where account links live.
+    store: Store
     @abstractmethod
     async def add(self, scope: Scope, item: MemoryItem, max_items: int) -> bool:
         """Keep `item`; False (nothing written) when the scope holds `max_items` already."""
@@ -64,11 +67,16 @@ class MemoryBackend(ABC):
         """What a request's instructions carry of the scope: its newest items that fit."""
         return render(for_prompt(await self.recent(scope, prompt_limit(inject_tokens, max_items)), inject_tokens))
 
+    async def account_block(self, agent: str, platform: str, user_id: str, inject_tokens: int, max_items: int) -> str:
+        """The block of the person the account belongs to (resolved through its link)."""
+        return await self.block(Scope(agent, await person_of(self.store, platform, user_id)), inject_tokens, max_items)
+
 
 class LocalMemory(MemoryBackend):
     """Items in this process, for the in-memory store."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self._items: dict[Scope, dict[str, MemoryItem]] = {}
         self._ordered: dict[Scope, list[MemoryItem]] = {}  # sorted once per change, read every turn
         self._blocks: dict[Scope, dict[tuple[int, int], str]] = {}  # rendered once per change
@@ -154,8 +162,9 @@ def _item(row: Sequence[Any]) -> MemoryItem:
 class SQLiteMemory(MemoryBackend):
     """Items in tables of the SQLite store's own file; `recall` asks an FTS5 index."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
+    def __init__(self, store: Store, sqlite: SQLiteStore) -> None:
+        self.store = store
+        self._store = sqlite
         self._ready = False
 
     async def _run(self, operation: Any, *, write: bool) -> Any:
@@ -226,6 +235,23 @@ class SQLiteMemory(MemoryBackend):
         if found is None:
             found = await self._run(made, write=True)
         return found
+
+    async def account_block(self, agent: str, platform: str, user_id: str, inject_tokens: int, max_items: int) -> str:
+        """The link and the kept block read in one operation: a turn costs one trip to the
+        store's thread, as a kept block is what most turns find."""
+        if inject_tokens <= 0:
+            return ""
+
+        def kept(db: sqlite3.Connection) -> tuple[str, str | None]:
+            person = self._store.value_in(db, link_key(platform, user_id)) or account_id(platform, user_id)
+            row = db.execute(
+                "SELECT block FROM memory_blocks WHERE agent = ? AND person = ? AND inject = ? AND max_items = ?",
+                (agent, person, inject_tokens, max_items),
+            ).fetchone()
+            return person, None if row is None else str(row[0])
+
+        person, found = await self._run(kept, write=False)
+        return found if found is not None else await self.block(Scope(agent, person), inject_tokens, max_items)
 
     async def search(self, scope: Scope, query: str, limit: int = RECALL_LIMIT) -> list[MemoryItem]:
         words = terms(query)
@@ -328,9 +354,10 @@ class RedisMemory(MemoryBackend):
     block a turn reads is kept in a hash that every change deletes; a block made from what was
     read is kept only if the scope's version did not move meanwhile, so none is ever stale."""
 
-    def __init__(self, store: RedisStore) -> None:
-        self._redis = store.client
-        self._key = store.key
+    def __init__(self, store: Store, redis: RedisStore) -> None:
+        self.store = store
+        self._redis = redis.client
+        self._key = redis.key
         self._add = self._redis.register_script(_ADD)
         self._recent = self._redis.register_script(_RECENT)
         self._delete = self._redis.register_script(_DELETE)
@@ -393,7 +420,7 @@ def memory_backend(store: Store) -> MemoryBackend:
     """The backend for the state store the bot runs on."""
     found = backend(store)
     if isinstance(found, SQLiteStore):
-        return SQLiteMemory(found)
+        return SQLiteMemory(store, found)
     if isinstance(found, RedisStore):
-        return RedisMemory(found)
-    return LocalMemory()
+        return RedisMemory(store, found)
+    return LocalMemory(store)

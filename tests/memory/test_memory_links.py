@@ -38,3 +38,17 @@ async def test_the_joining_accounts_items_move_into_the_joined_memory(store):
     assert left == 1  # the joined memory holds three: the most recently used move first
     assert [e.item.text for e in await keeper.listing("telegram:1")] == ["likes tea", "has a boat", "one too many"]
     assert [e.item.text for e in await keeper.listing("web:ann")] == ["works nights"]
+
+
+async def test_a_turn_reads_the_block_of_the_person_its_account_belongs_to(store):
+    keeper = MemoryKeeper(store, {"assistant": MemoryConfig(enabled=True)})
+    links = Links(store)
+    await keeper.remember("assistant", "telegram:1", "likes tea", "telegram:dm:1")
+    assert await keeper.backend.account_block("assistant", "web", "ann", 800, 200) == ""
+    await links.redeem("web", "ann", await links.issue("telegram", "1"))
+    assert "likes tea" in await keeper.backend.account_block("assistant", "web", "ann", 800, 200)
+    await keeper.remember("assistant", "telegram:1", "has a boat", "web:s1")  # a change shows at once
+    assert "has a boat" in await keeper.backend.account_block("assistant", "web", "ann", 800, 200)
+    await links.unlink("web", "ann")
+    assert await keeper.backend.account_block("assistant", "web", "ann", 800, 200) == ""
+    assert "has a boat" in await keeper.backend.account_block("assistant", "telegram", "1", 800, 200)
