@@ -8,17 +8,18 @@ import json
 import logging
 import mimetypes
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from botweave.config import AgentConfig
+from botweave.context import ROUND_FLOOR, estimate_message, fit_round
 from botweave.metrics import model_call
 from botweave.mime import UNKNOWN, base_mime
 from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
 from botweave.store import Append, Operation, Remove, Store
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
-from botweave.types import OutboundFile
+from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,36 @@ class History:
             value = json.loads(item)
             messages.extend(value if isinstance(value, list) else [value])
         return complete_exchanges(messages)
+
+    async def load_items(self, conversation: str, max_turns: int) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The newest `max_turns` items as stored (text) and read (messages), oldest first;
+        an item whose messages are not whole exchanges (written before turns were kept
+        whole) keeps only its whole ones."""
+        if max_turns <= 0:
+            return []
+        raw = await self._store.list_range(self.key(conversation), -max_turns, -1)
+        items: list[tuple[str, list[dict[str, Any]]]] = []
+        for item in raw:
+            value = json.loads(item)
+            messages = complete_exchanges(value if isinstance(value, list) else [value])
+            if messages:
+                items.append((item, messages))
+        return items
+
+    def rewrite_ops(
+        self, conversation: str, max_turns: int, items: Sequence[str], messages: Sequence[dict[str, Any]],
+        replaces: str | None = None,
+    ) -> tuple[list[Operation], str]:
+        """The history rewritten as `items` (a summary in the place of the oldest turns) with
+        this turn's `messages` as one item, appended or in the place of `replaces`."""
+        key = self.key(conversation)
+        item = json.dumps(list(messages), ensure_ascii=False)
+        kept = list(items)
+        if replaces is not None and replaces in kept:
+            kept[len(kept) - 1 - kept[::-1].index(replaces)] = item
+        else:
+            kept.append(item)
+        return [Remove(key), Append(key, tuple(kept), max(max_turns, 1))], item
 
     async def append(self, conversation: str, max_turns: int, *entries: dict[str, Any]) -> None:
         """Record messages one item each (nothing in them refers to another)."""
@@ -146,6 +177,17 @@ class ToolTurn:
     context: ToolContext
     messages: list[dict[str, Any]] = field(default_factory=list)
     used: list[str] = field(default_factory=list)
+    #: What this turn adds to the agent's instructions (what it remembers of the person).
+    instructions: str = ""
+    #: Tokens the tool rounds may still add to the request before the model's window is full
+    #: (None: no limit); results are cut to fit, and below ROUND_FLOOR the rounds end.
+    room: int | None = None
+    #: How the room is counted (the context's token counter).
+    count: Callable[[dict[str, Any]], int] = estimate_message
+
+    @property
+    def out_of_room(self) -> bool:
+        return self.room is not None and self.room < ROUND_FLOOR
 
     def note(self) -> str:
         """What the model is told about the message it answers, so it can react to it."""
@@ -186,8 +228,13 @@ def _calls_of(parts: tuple[CallPart, ...]) -> list[ToolCall]:
     return [call for call in calls if call.name]
 
 
+#: What an agent (by name) is told, for one turn only, of the person whose message it answers
+#: (what it remembers of them); the memory feature provides it, the runtime hands it to turns.
+Briefing = Callable[[str, BotMessage], Awaitable[str]]
+
 ROUND_SEPARATOR = "\n\n"
 OUT_OF_ROUNDS = "I stopped after {rounds} rounds of tool calls without reaching an answer."
+OUT_OF_ROOM = "I stopped calling tools: their results filled the model's window before I reached an answer."
 #: A user turn as the model reads it: text, or OpenAI-style content parts (text and images).
 UserContent = str | list[dict[str, Any]]
 
@@ -211,6 +258,15 @@ class UserTurn:
 
     def history(self, prefix: str = "") -> str:
         return prefix + (self.text if self.record is None else self.record)
+
+
+def _stopped(turn: ToolTurn, rounds: int, round_number: int) -> str:
+    """What a turn whose tool rounds ended without words says ("" when they did not end)."""
+    if not rounds:
+        return ""
+    if turn.out_of_room:
+        return OUT_OF_ROOM
+    return OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds else ""
 
 
 def decode_data_url(url: str) -> tuple[str, bytes] | None:
@@ -259,6 +315,7 @@ class Agent:
     config: AgentConfig
     tools: dict[str, Tool] = field(default_factory=dict)
     calls: ModelCalls = field(default_factory=LitellmCalls)
+    _tools_json: tuple[tuple[int, ...], str] | None = field(default=None, init=False, repr=False)
 
     @property
     def model(self) -> str:
@@ -267,9 +324,24 @@ class Agent:
     def _messages(self, history: list[dict[str, Any]], user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
         system = self.config.instructions
         note = turn.note() if self.tools else ""
-        if note:
-            system = f"{system}\n\n{note}"
+        for extra in (note, turn.instructions):
+            if extra:
+                system = f"{system}\n\n{extra}"
         return [{"role": "system", "content": system}, *history, {"role": "user", "content": user_turn}]
+
+    def frame(self, user_turn: UserContent, turn: ToolTurn) -> list[dict[str, Any]]:
+        """What every request of the turn carries besides history: instructions and message."""
+        return self._messages([], user_turn, turn)
+
+    def tools_json(self) -> str:
+        """The tools as the request describes them (their size counts against the window),
+        made again only when the tools changed (an MCP server listed new ones)."""
+        if not self.tools:
+            return ""
+        offered = tuple(map(id, self.tools.values()))
+        if self._tools_json is None or self._tools_json[0] != offered:
+            self._tools_json = (offered, json.dumps([schema_of(tool) for tool in self.tools.values()]))
+        return self._tools_json[1]
 
     def _request(self, messages: list[dict[str, Any]], stream: bool, *, last_round: bool = False) -> dict[str, Any]:
         request: dict[str, Any] = {
@@ -312,6 +384,9 @@ class Agent:
         call_message: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [c.wire() for c in calls]}
         results = await run_round(calls, self.tools, turn.context)
         turn.used.extend(call.name for call in calls)
+        if turn.room is not None:
+            fitted, turn.room = fit_round([call_message, *results], turn.room, turn.count)
+            call_message, results = fitted[0], fitted[1:]
         for message in (call_message, *results):
             messages.append(message)
             turn.messages.append(message)
@@ -331,16 +406,16 @@ class Agent:
         for round_number in range(rounds + 1):
             started = time.monotonic()
             try:
-                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds))
+                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds or turn.out_of_room))
             except Exception as exc:
                 model_call(self.name, time.monotonic() - started)
                 raise self._failure(exc) from exc
             model_call(self.name, time.monotonic() - started, *(output.usage or (0, 0)))
-            calls = _calls_of(output.calls) if round_number < rounds else []
+            calls = _calls_of(output.calls) if round_number < rounds and not turn.out_of_room else []
             if not calls:
                 if images is not None:
                     images_of(output.image_urls, images)
-                return output.text or (OUT_OF_ROUNDS.format(rounds=rounds) if round_number == rounds and rounds else "")
+                return output.text or _stopped(turn, rounds, round_number)
             await self._run_round(messages, turn, output.text, calls)
         return ""  # not reached: the last round never runs calls
 
@@ -360,7 +435,7 @@ class Agent:
         for round_number in range(rounds + 1):
             text = ""
             calls = _StreamedCalls()
-            request = self._request(messages, stream=True, last_round=round_number == rounds)
+            request = self._request(messages, stream=True, last_round=round_number == rounds or turn.out_of_room)
             started = time.monotonic()
             tokens = (0, 0)
             try:
@@ -380,9 +455,9 @@ class Agent:
             finally:
                 model_call(self.name, time.monotonic() - started, *tokens)
             shown = shown or bool(text)
-            made = calls.calls() if round_number < rounds else []
+            made = calls.calls() if round_number < rounds and not turn.out_of_room else []
             if not made:
-                if not shown and round_number == rounds and rounds:
-                    yield OUT_OF_ROUNDS.format(rounds=rounds)
+                if not shown and _stopped(turn, rounds, round_number):
+                    yield _stopped(turn, rounds, round_number)
                 return
             await self._run_round(messages, turn, text, made)

@@ -311,6 +311,26 @@ class PlatformConfig(_BotOverrides):  # type: ignore[misc,valid-type]
         return merged
 
 
+class ContextConfig(Section):
+    """`agents.NAME.context`: how much of a conversation is sent with each request. When a
+    request would be larger than `max_tokens`, the oldest turns (never the last `keep_recent`
+    messages, never a tool call apart from its result) are folded: into one summary the model
+    writes once and history keeps (`summarize`), or dropped (`trim`). No request is ever sent
+    over `max_tokens`."""
+
+    max_tokens: Optional[Annotated[int, Field(ge=256)]] = None
+    """The most tokens one request may carry (instructions, history and the new message);
+    unset: the model's input window as litellm's model information gives it (8000 for a model
+    it does not know), less the agent's `max_tokens`."""
+    keep_recent: Annotated[int, Field(ge=0)] = 12
+    """The newest messages that are always sent word for word, never folded."""
+    compaction: Literal["summarize", "trim"] = "summarize"
+    """What becomes of the oldest turns when the request would be too large: `summarize` (one
+    summary in their place, written once and kept with the history) or `trim` (dropped)."""
+    summary_model: Optional[str] = None
+    """The model that writes summaries (litellm's name for it); unset: the agent's own model."""
+
+
 class AgentConfig(Section):
     """What the kernel's `Agent` needs of an agent's section: its model, how it is asked and
     how it appears. The parts that configure features (its tools, media and network) belong
@@ -335,6 +355,9 @@ class AgentConfig(Section):
     """How long one model request may take before the turn fails."""
     max_tool_rounds: Annotated[int, Field(ge=1)] = 8
     """Rounds of tool calls in one turn before the model must answer in words."""
+    context: ContextConfig = Field(default_factory=ContextConfig)
+    """How much of the conversation each request carries, and what happens to the oldest turns
+    when it would not fit the model's window."""
     # How the agent appears when it posts as itself in a room.
     display_name: Optional[str] = None
     """The name the agent posts under in rooms (Slack and Discord show it as the author)."""

@@ -119,6 +119,12 @@ async def load_litellm() -> Any:
     return litellm_module()
 
 
+def litellm_loaded() -> bool:
+    """Whether litellm is imported already (whoever imported it), so that asking it something
+    costs no import."""
+    return litellm_module.cache_info().currsize > 0
+
+
 class LitellmCalls:
     """Model calls made by litellm (its public `acompletion`) in this process: any provider
     litellm knows, and the custom providers registered with it here."""

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from botweave.agents import Agent
+from botweave.agents import Agent, Briefing
 from botweave.files import message_text
 from botweave.methods import Caller, MethodRegistry, NoParams
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
@@ -57,6 +57,7 @@ class RoomHub:
         posted: Posted | None = None,
         missed: Missed | None = None,
         asks: Asks | None = None,
+        briefing: Briefing | None = None,
     ) -> None:
         self._agents = agents
         self._post_as = post_as
@@ -69,7 +70,10 @@ class RoomHub:
         self._posts: dict[tuple[str, str], int] = {}
         self._failed: dict[tuple[str, str], int] = {}
         self.rooms = {
-            name: Room(cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name), asks=asks)
+            name: Room(
+                cfg, {m: agents[m] for m in cfg.roster if m in agents}, store, self._poster(name),
+                asks=asks, briefing=briefing,
+            )
             for name, cfg in self.configs.items()
         }
         self.scheduler = RoomScheduler(list(self.configs.values()), self._fire, store, on_missed=self._on_missed)
@@ -90,9 +94,7 @@ class RoomHub:
 
     async def handle(self, room_name: str, msg: BotMessage) -> list[RoomEvent]:
         """A person's message opens (or continues) an activity in the room."""
-        return await self.rooms[room_name].handle_human(
-            room_conversation(msg), msg.sender.name, message_text(msg), origin=msg
-        )
+        return await self.rooms[room_name].handle_human(room_conversation(msg), msg.sender.name, message_text(msg), msg)
 
     async def step(self, inbound: Inbound, call_next: Handler) -> TurnOutcome:
         """The pipeline step: messages in a channel routed to a room go to the room; only

@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from botweave.agents import Agent, ToolTurn
+from botweave.agents import Briefing, ToolTurn
 from botweave.conversations import ConversationLocks
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
@@ -53,10 +53,7 @@ class RoomMember(Protocol):
 
     name: str
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
-        """The member's reply. An `Agent` also takes a `turn` (its tools' context); a member
-        is handed one only when a person opened the activity (see `Room`)."""
-        ...
+    async def complete(self, history: list[dict[str, Any]], user_turn: str, turn: ToolTurn | None = None) -> str: ...
 
 
 def render_transcript(events: Sequence[RoomEvent], max_chars_per_event: int = 4000) -> str:
@@ -94,7 +91,9 @@ class Room:
         context_events: int = 40,
         max_transcript: int = 1000,
         asks: Asks | None = None,
+        briefing: Briefing | None = None,
     ) -> None:
+        self.briefing = briefing
         self.config = config
         self.asks = asks
         self.agents = dict(agents)
@@ -148,16 +147,17 @@ class Room:
         return name
 
     async def handle_human(
-        self, conversation: str, speaker_display_name: str, text: str, *, origin: BotMessage | None = None
+        self, conversation: str, speaker_display_name: str, text: str, origin: BotMessage | None = None
     ) -> list[RoomEvent]:
-        """Record a person's message and let the agents answer until the planner settles;
-        `origin` is that message, whose author a member may ask (`ask_user`).
+        """Record a person's message and let the agents answer until the planner settles.
+        `origin` is that message: the agents' turns answer its author, whose memory (each
+        agent its own) they are given and whom they may ask (`ask_user`).
 
         Returns the events this call added, the person's message first; an empty list when
         the message is recognisably the room's own post coming back (see `_is_echo`).
         """
         return await self._open(
-            conversation, self.opener_name(speaker_display_name), text, speaker_display_name, origin=origin
+            conversation, self.opener_name(speaker_display_name), text, speaker_display_name, origin
         )
 
     async def kickoff(self, conversation: str, text: str, speaker: str = KICKOFF_SPEAKER) -> list[RoomEvent]:
@@ -165,7 +165,7 @@ class Room:
         return await self._open(conversation, self.opener_name(speaker), text)
 
     async def _open(
-        self, conversation: str, speaker: str, text: str, author: str | None = None, *, origin: BotMessage | None = None
+        self, conversation: str, speaker: str, text: str, author: str | None = None, origin: BotMessage | None = None
     ) -> list[RoomEvent]:
         async with self._locks.hold(conversation):
             if author is not None and await self._is_echo(conversation, author, text):
@@ -214,7 +214,7 @@ class Room:
             if step is None:
                 break
             speaker, round_ = step
-            text = await self._ask(speaker, round_, transcript, self._turn(speaker, conversation, origin))
+            text = await self._ask(speaker, round_, transcript, conversation, origin)
             passed = text is None
             event = RoomEvent(speaker, text or "", round_, passed)
             transcript.append(event)
@@ -227,24 +227,25 @@ class Room:
                     log.exception("room %s: posting %s's turn in %s failed", self.name, speaker, conversation)
         return added
 
-    def _turn(self, speaker: str, conversation: str, origin: BotMessage | None) -> ToolTurn | None:
-        """The tools' context of a member answering a person (None: nobody opened it)."""
-        if origin is None:
-            return None
-        return ToolTurn(ToolContext(speaker, origin, conversation, asks=self.asks))
-
-    async def _ask(self, speaker: str, round_: int, transcript: list[RoomEvent], turn: ToolTurn | None = None) -> str | None:
-        """The member's reply, or None for a pass."""
+    async def _ask(
+        self, speaker: str, round_: int, transcript: list[RoomEvent], conversation: str = "",
+        origin: BotMessage | None = None,
+    ) -> str | None:
+        """The member's reply, or None for a pass. A turn a person's message opened answers
+        that person: its tools act for them and it is told what it remembers of them."""
         member = self.agents.get(speaker)
         if member is None:
             log.warning("room %s: roster id %s has no agent; recording a pass", self.name, speaker)
             return None
         prompt = self.user_turn(speaker, round_, transcript)
         try:
-            if turn is not None and isinstance(member, Agent):
-                reply = await member.complete([], prompt, turn)
-            else:
+            if origin is None:
                 reply = await member.complete([], prompt)
+            else:
+                turn = ToolTurn(ToolContext(member.name, origin, conversation, asks=self.asks))
+                if self.briefing is not None:
+                    turn.instructions = await self.briefing(member.name, origin)
+                reply = await member.complete([], prompt, turn)
         except Exception as exc:  # a failing model must not stop the room
             log.warning("room %s: %s failed, recording a pass: %s", self.name, speaker, exc)
             return None

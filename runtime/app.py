@@ -53,6 +53,7 @@ class App(LiveParts):
         self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
         self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
         self.asks = parts.asks
+        self.memory = parts.memory
         self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
         self.ops: OpsServer | None = None
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life

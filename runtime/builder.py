@@ -26,6 +26,7 @@ from botweave.delivery import Delivery, Outbox, SentLedger
 from botweave.events import ConversationEvents
 from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
+from botweave.memory import Links, MemoryCommands, MemoryKeeper, memory_tools
 from botweave.model_calls import ModelCalls
 from botweave.model_clients import ModelClients
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
@@ -96,6 +97,8 @@ class Lasting:
     #: Conversation events, published everywhere things happen; None without a gateway.
     events: ConversationEvents | None
     live: Live
+    #: What agents keep about each person (empty when no agent has memory on).
+    memory: MemoryKeeper
 
 
 def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
@@ -137,6 +140,8 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
     commands.register("stop", control.stop_command, help=STOP_HELP)
+    memory = MemoryKeeper(kept, {name: agent.memory for name, agent in config.agents.items()})
+    MemoryCommands(memory, Links(kept)).register(commands)
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
         control=control, buttons=buttons, approvals=approvals, asks=asks,
@@ -148,7 +153,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, asks=asks, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
-        live=live,
+        live=live, memory=memory,
     )
 
 
@@ -164,6 +169,8 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         {name: agent.message_tools.allow_targets for name, agent in config.agents.items()},
     )
     tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
+    memory = _memory(config, agents, lasting.memory)
+    briefing = memory.briefing if memory.agents else None
     outgoing = Outgoing(config, delivery, targets, lasting.buttons, platforms.adapters)
     transports = config.push.transports(outgoing.send_direct)
     notifier = Notifier(lasting.preferences, transports, kept, directory=config.push.directory)
@@ -171,7 +178,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     if config.rooms:
         rooms = RoomHub(
             config.rooms, agents, kept, outgoing.post_as, targets.canonical,
-            posted=notices.room_posted, missed=notices.room_missed, asks=lasting.asks,
+            posted=notices.room_posted, missed=notices.room_missed, asks=lasting.asks, briefing=briefing,
         )
     schedules = None
     if config.schedules:
@@ -182,6 +189,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     turn = AgentTurn(
         agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events,
         asks=lasting.asks,
+        briefing=briefing,
     )
     pipeline = build_pipeline(
         authors=AuthorScreen(kept),
@@ -232,6 +240,18 @@ def _tools(config: Config, agents: dict[str, Agent], services: ToolServices, sto
     except ValueError as exc:
         raise ConfigError([str(exc)]) from None
     return tools
+
+
+def _memory(config: Config, agents: dict[str, Agent], memory: MemoryKeeper) -> MemoryKeeper:
+    """The memory settings of `config`, and the memory tools given to each agent that has it
+    on (a tool of its own under one of their names is a configuration error)."""
+    memory.configure({name: section.memory for name, section in config.agents.items()})
+    for name in memory.agents:
+        for tool_name, tool in memory_tools(memory).items():
+            if tool_name in agents[name].tools:
+                raise ConfigError([f"agents.{name}.tools: a tool named {tool_name!r} clashes with the memory tool of that name"])
+            agents[name].tools[tool_name] = tool
+    return memory
 
 
 def _pairing_cli_config(config: Config, store: Store, *, given: bool) -> Path | None:

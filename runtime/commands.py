@@ -9,8 +9,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from botweave.agents import History
+from botweave.agents import Agent, History
 from botweave.commands import CommandRegistry
+from botweave.context import is_summary, request_window
 from botweave.pipeline import Inbound
 from botweave.runtime.generation import Live
 
@@ -55,7 +56,7 @@ class BuiltinCommands:
         self._registry.register("new", self.new, help="start a new conversation (forget the earlier messages)")
         self._registry.register("help", self.help, help="show this help")
         self._registry.register("start", self.help, help="the same as /help (what a platform's Start button sends)")
-        self._registry.register("status", self.status, help="show the agent, model, platform, uptime and config revision")
+        self._registry.register("status", self.status, help="show the agent, model, context used, platform, uptime and config revision")
 
     async def new(self, inbound: Inbound) -> str:
         target = inbound.target
@@ -65,6 +66,17 @@ class BuiltinCommands:
             return f"Room {target.name} starts afresh."
         await self._history.reset(inbound.conversation)
         return "Started a new conversation; earlier messages are forgotten."
+
+    async def _context_line(self, agent: Agent, conversation: str) -> str:
+        """How much of the model's window the conversation takes, and whether its oldest part
+        is a summary now."""
+        items = await self._history.load_items(conversation, agent.config.max_history)
+        counter = self._live.generation.turn.context(agent).counter
+        tokens = counter.messages([{"role": "system", "content": agent.config.instructions}])
+        tokens += sum(counter.item(raw, messages) for raw, messages in items)
+        window = await request_window(agent.config)
+        summarised = "summarised" if items and is_summary(items[0][1]) else "not summarised"
+        return f"context: {tokens} of {window} tokens ({summarised})"
 
     async def help(self, inbound: Inbound) -> str:
         """The commands; for an agent on the offline stand-in model, also how to make it call
@@ -93,4 +105,6 @@ class BuiltinCommands:
             f"uptime: {format_uptime(self._uptime())}",
             f"config: revision {generation.revision}",
         ]
+        if agent is not None:
+            lines.append(await self._context_line(agent, inbound.conversation))
         return "\n".join(lines)

@@ -38,6 +38,7 @@ from botweave.config import (
 )
 from botweave.gateway.config import GatewayConfig
 from botweave.media.config import AgentMedia, MediaConfig, MediaOverrides
+from botweave.memory.config import AgentMemory
 from botweave.model_clients import ClientChoice, ensure_direct
 from botweave.policies.config import AdmissionConfig, AgentNetwork, NetworkConfig
 from botweave.policies.egress import EgressPolicy
@@ -122,10 +123,10 @@ class ModelsConfig(Section):
     own process."""
 
 
-class AgentSection(AgentMedia, AgentNetwork, AgentTools, AgentConfig):
+class AgentSection(AgentMemory, AgentMedia, AgentNetwork, AgentTools, AgentConfig):
     """An agent's whole section, `agents.NAME`: what the kernel's `Agent` reads of it (its
-    model, how it is asked and how it appears) and each feature's part (its tools, media and
-    network), each part owned by the package it configures."""
+    model, how it is asked and how it appears) and each feature's part (its tools, media,
+    network and memory), each part owned by the package it configures."""
 
 
 class Config(Section):

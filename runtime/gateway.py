@@ -5,7 +5,7 @@ With `gateway.listen` set (bot.yaml, or `--gateway-listen`), every process of th
 publishes conversation events (a worker answering from the shared stream too: that is how the
 ingress's gateway sees its turns), the `web` platform is enabled, and the processes that hold
 platform connections (roles `all` and `ingress`) serve the gateway. Features offer their
-gateway methods through the kernel's registry here (approvals, pairing, rooms), so neither the
+gateway methods through the kernel's registry here (approvals, pairing, rooms, memory), so neither the
 gateway nor they import each other. Without `gateway.listen` none of this exists.
 
 A reload reaches the gateway here too: `config.reload` (admin) runs it, `health` reports the
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from botweave.events import ConversationEvents
 from botweave.gateway.config import WebConfig
 from botweave.gateway.server import Gateway
+from botweave.memory import MemoryMethods
 from botweave.methods import Caller, MethodRegistry, NoParams
 from botweave.policies.approvals import mask_arguments
 from botweave.runtime.config import Config
@@ -67,6 +68,7 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
     app.approvals.register_methods(registry)
     app.asks.register_methods(registry)
     app.access.register_methods(registry, app.adapters)
+    MemoryMethods(app.memory).register(registry)
     if app.rooms is not None:
         app.rooms.register_methods(registry)
     registry.register(

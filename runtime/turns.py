@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botweave.agents import Agent, AgentError, History, ToolTurn, UserTurn
+from botweave.agents import Agent, AgentError, Briefing, History, ToolTurn, UserTurn
+from botweave.context import Context, Fitted
 from botweave.delivery import Delivered, Prepared, ReplyChannel
 from botweave.events import ConversationEvents, RunEvents
 from botweave.files import markers_for, message_text
@@ -248,7 +249,10 @@ class AgentTurn:
         approvals: Approvals | None = None,
         events: ConversationEvents | None = None,
         asks: Asks | None = None,
+        briefing: Briefing | None = None,
     ) -> None:
+        self._briefing = briefing
+        self._contexts: dict[str, Context] = {}
         self._approvals = approvals
         self._asks = asks
         self._events = events
@@ -302,15 +306,20 @@ class AgentTurn:
         """`replaces`: the history item of an earlier answer to this message (it was edited
         since), which this turn's exchange takes the place of."""
         started = time.monotonic()
-        earlier = await self._history.load(conversation, agent.config.max_history)
+        stored = await self._history.load_items(conversation, agent.config.max_history)
         turn = turn or UserTurn(message_text(msg))
         prefix = attribution(msg)
-        content = turn.content(prefix)
         entry = {"role": "user", "content": turn.history(prefix)}
         images: list[OutboundFile] = []
         typing = TypingIndicator(reply)
         asks = AsksQuietly(self._asks, typing) if self._asks is not None else None
         tools = ToolTurn(ToolContext(agent.name, msg, conversation, approvals=self._approvals, run=reply.run, asks=asks))
+        if self._briefing is not None:
+            tools.instructions = await self._briefing(agent.name, msg)
+        fitted = await self.fit(agent, stored, turn.content(prefix), tools)
+        earlier, content = fitted.history, fitted.user_content
+        tools.room = fitted.window - fitted.tokens  # what the tool rounds may add
+        tools.count = self.context(agent).counter.message
         typing.start()
         try:
             if reply.can_stream():
@@ -327,7 +336,7 @@ class AgentTurn:
                     await self._send_images(reply, images, delivered)
                     said = "\n".join(part for part in (said, markers_for(images)) if part)
                 exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
-                operations, item = await self._history_ops(conversation, agent, exchange, replaces)
+                operations, item = await self._history_ops(conversation, agent, exchange, replaces, fitted)
                 await self._store.commit(turn_marker(msg), operations, ttl=self._ttl)
             else:
                 text = await agent.complete(earlier, content, tools, images=images)
@@ -343,7 +352,7 @@ class AgentTurn:
                 if images and not prepared.silent:
                     said = "\n".join(part for part in (said, markers_for(images)) if part)
                 exchange = [entry, *tools.messages, {"role": "assistant", "content": said}]
-                operations, item = await self._history_ops(conversation, agent, exchange, replaces)
+                operations, item = await self._history_ops(conversation, agent, exchange, replaces, fitted)
                 prepared = await self._commit(msg, reply, operations, prepared)
                 delivered = await reply.deliver(prepared)
                 if images and not prepared.silent:
@@ -370,11 +379,27 @@ class AgentTurn:
             await reply.run.final("", [], cancelled=True)
         return TurnOutcome(TurnStatus.CANCELLED, delivered)
 
+    def context(self, agent: Agent) -> Context:
+        """The agent's context window keeper (its token counts are cached across turns)."""
+        found = self._contexts.get(agent.name)
+        if found is None or found.config is not agent.config:
+            found = self._contexts[agent.name] = Context(agent.config, agent.calls)
+        return found
+
+    async def fit(
+        self, agent: Agent, stored: list[tuple[str, list[dict[str, Any]]]], content: Any, tools: ToolTurn
+    ) -> Fitted:
+        """The history this turn sends, folded when the request would not fit the window."""
+        return await self.context(agent).fit(stored, agent.frame(content, tools), agent.tools_json(), content)
+
     async def _history_ops(
-        self, conversation: str, agent: Agent, exchange: list[dict[str, Any]], replaces: str | None
+        self, conversation: str, agent: Agent, exchange: list[dict[str, Any]], replaces: str | None, fitted: Fitted
     ) -> tuple[list[Operation], str]:
         """The exchange's history write, and the item as stored: appended, or put in the
-        place of the earlier answer's item it replaces."""
+        place of the earlier answer's item it replaces; with the whole history rewritten
+        when a summary took the place of its oldest turns."""
+        if fitted.stored is not None:
+            return self._history.rewrite_ops(conversation, agent.config.max_history, fitted.stored, exchange, replaces)
         append = self._history.append_turn_op(conversation, agent.config.max_history, exchange)
         if replaces is None:
             return [append], append.values[0]

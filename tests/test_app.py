@@ -102,7 +102,9 @@ async def test_new_resets_the_conversation_and_status_reports():
     assert outcome.status == "command"
     assert await app.history.load("test:dm:u1", 50) == []
     await app.handle(message("/status"))
-    assert "agent: assistant\nmodel: offline/echo\nplatform: test\nuptime:" in adapter.texts()[-1]
+    status = "\n".join(adapter.texts()[-2:])  # the recording platform's messages hold 100 characters
+    assert "agent: assistant\nmodel: offline/echo\nplatform: test\nuptime:" in status
+    assert "\ncontext: " in status and "tokens (not summarised)" in status
     help_reply = await app.handle(message("/help"))
     assert "/new — start a new conversation" in help_reply.delivery.text
 

@@ -305,6 +305,16 @@ class SQLiteStore(Store):
         if worker is not None:
             await worker.stop()
 
+    def value_in(self, db: Db, key: str) -> str | None:
+        """A key's live value, read inside an operation given to `run` (same transaction)."""
+        return self._live_value(db, key)
+
+    async def run(self, operation: Callable[[Db], T], *, write: bool) -> T:
+        """Run `operation` on the store's connection, in its thread and transaction order, for
+        a feature that keeps tables of its own in the file (the memory feature's full-text
+        index). It runs inside a transaction (a savepoint of one); it must not commit."""
+        return await self._do(operation, write=write)
+
     # --- plumbing ----------------------------------------------------------------------------
 
     async def _do(self, run: Callable[[Db], T], *, write: bool) -> T:
