@@ -48,6 +48,7 @@ from botweave.config import PlatformConfig
 from botweave.events import ConversationEvents
 from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
+from botweave.store import Store
 from botweave.tasks import register_secret
 from botweave.types import (
     ActionStatus,
@@ -66,6 +67,10 @@ InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 #: The runtime's reading of a press: the event as the runtime understands it (its action and
 #: value looked up) and what the presser is told.
 PressHandler = Callable[[PlatformEvent], Awaitable[tuple[PlatformEvent, PressAnswer]]]
+#: The runtime's access rules asked about a message a person would send (its sender and chat),
+#: before the bot goes somewhere on that person's word alone (a Matrix invitation): whether
+#: the bot would answer it.
+Admits = Callable[[BotMessage], Awaitable[bool]]
 #: A platform's way of acknowledging one press, with the answer for the presser.
 Acknowledge = Callable[[PressAnswer], Awaitable[None]]
 #: How long a press waits for the runtime's answer before it is acknowledged without one:
@@ -280,6 +285,12 @@ class Adapter(ABC):
         #: The conversation events of the runtime this adapter is bound to, when the gateway is
         #: configured (an `events_native` platform shows its messages through them).
         self.events: ConversationEvents | None = None
+        #: The runtime's store, for a platform that must remember how far it has read (a
+        #: Matrix sync position); None outside a runtime.
+        self.store: Store | None = None
+        #: The runtime's access rules (see `Admits`); None outside a runtime, where nobody is
+        #: let in on their word alone.
+        self.admits: Admits | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -334,12 +345,22 @@ class Adapter(ABC):
     # --- inbound -----------------------------------------------------------------------------
 
     def bind(
-        self, sink: InboundSink, presses: PressHandler | None = None, *, events: ConversationEvents | None = None
+        self,
+        sink: InboundSink,
+        presses: PressHandler | None = None,
+        *,
+        events: ConversationEvents | None = None,
+        store: Store | None = None,
+        admits: Admits | None = None,
     ) -> None:
         self._sink = sink
         self._presses = presses
         if events is not None:  # bound again by someone who taps the sink: the events stay
             self.events = events
+        if store is not None:
+            self.store = store
+        if admits is not None:
+            self.admits = admits
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer

@@ -116,13 +116,14 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
     history = History(kept)
-    platforms = Platforms(config, events)
+    platforms = Platforms(config, events, kept)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
     buttons = ButtonBook(kept)
     preferences = PreferenceStore.from_config(kept, config.push)
     notices = Notices(live)
     cli_config = _pairing_cli_config(config, kept, given=store is not None)
     access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
+    platforms.admits = lambda msg: access.admits(msg, platforms.bot_config(msg.platform))
     approvals = ApprovalDesk(
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,

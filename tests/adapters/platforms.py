@@ -618,3 +618,7 @@ class WebDriver(PlatformDriver):
 DRIVERS: dict[str, type[PlatformDriver]] = {
     driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver)
 }
+
+from tests.adapters.platform_matrix import MatrixDriver  # noqa: E402 - it builds on PlatformDriver above
+
+DRIVERS[MatrixDriver.name] = MatrixDriver
