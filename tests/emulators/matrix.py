@@ -106,6 +106,7 @@ class MatrixEmulator:
         self.syncs: list[str | None] = []  # the `since` of every /sync
         self.joins: list[str] = []
         self.typing: list[str] = []
+        self.event_fetches: list[str] = []  # event ids asked for with GET /rooms/{room}/event/{id}
         self.account_data: dict[tuple[str, str], dict[str, Any]] = {}
         self.logins: list[dict[str, Any]] = []
         #: Sends whose connection is dropped after the event is stored (the ambiguous failure).
@@ -526,6 +527,7 @@ class MatrixEmulator:
         user, _ = self._auth(request)
         room = self._joined_room(request.match_info["room"], user)
         event = self.events.get(request.match_info["event"])
+        self.event_fetches.append(request.match_info["event"])
         if event is None or event["room_id"] != room.room_id:
             return self._error(404, "M_NOT_FOUND", "Event not found")
         return web.json_response({k: v for k, v in event.items() if k != "redacted"})

@@ -1,0 +1,310 @@
+"""Matrix end to end: an App on the homeserver emulator, answering through mautrix's ClientAPI,
+with the loopback OpenAI-compatible model (so what the model was given can be read).
+
+What a person in a Matrix room would notice: an answer; no second answer after a restart and
+one answer to what they wrote while the bot was down; invitations accepted only from people
+the access rules admit; a streamed answer as one message edited in place, its last edit holding
+the whole text; a reply whose quote reaches the model even without the quoting fallback;
+answers in the thread they were asked in; reactions reaching the hooks; files read within the
+media limits; one copy of a message whose send lost its answer; one notice in an encrypted
+room and no answer there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botweave.adapters.matrix.inbound import ENCRYPTED_NOTICE, strip_reply_fallback
+from botweave.adapters.matrix.outbound import keyed_txn_id
+from botweave.hooks import HookEvent
+from botweave.runtime.app import App
+
+from tests.emulators.matrix import ANN, BOB, BOT, MatrixEmulator
+from tests.emulators.openai import OpenAIEmulator, Reply
+from tests.emulators.telegram import wait_until
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[MatrixEmulator]:
+    emulator = await MatrixEmulator().start()
+    try:
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
+class Bot:
+    """Apps on one emulator, started and stopped as a test needs; all stopped at the end."""
+
+    def __init__(self, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+        self.emu, self.llm = emu, llm
+        self.apps: list[App] = []
+
+    async def start(self, *, bot: dict[str, Any] | None = None, store: str | None = None, **matrix: Any) -> App:
+        config: dict[str, Any] = {
+            "bot": {"unknown_user_policy": "allow"} if bot is None else bot,
+            "agents": {"assistant": {"model": "openai/gpt-emulated", "api_base": self.llm.base_url, "api_key": "sk-x"}},
+            "platforms": {"matrix": self.emu.section(**matrix)},
+        }
+        if store is not None:
+            config["store"] = {"url": store}
+        syncs = len(self.emu.syncs)
+        app = App.from_config(config)
+        await app.start()
+        self.apps.append(app)
+        assert "matrix" in app.adapters, app.failed_platforms
+        # the first sync answered and the next long poll is waiting: what is said now is new
+        await wait_until(lambda: len(self.emu.syncs) >= syncs + 2, what="the adapter's first sync")
+        return app
+
+    async def stop(self, app: App) -> None:
+        await app.stop()
+        self.apps.remove(app)
+
+    async def answers(self, room: str, count: int, timeout: float = 10.0) -> list[str]:
+        await wait_until(lambda: len(self.emu.bot_texts(room)) >= count, timeout, what=f"{count} answer(s)")
+        for app in self.apps:
+            await app.drain()
+        return self.emu.bot_texts(room)
+
+
+@pytest.fixture
+async def bot(emu: MatrixEmulator, llm: OpenAIEmulator) -> AsyncIterator[Bot]:
+    running = Bot(emu, llm)
+    try:
+        yield running
+    finally:
+        for app in list(running.apps):
+            await app.stop()
+
+
+async def quiet(bot: Bot, seconds: float = 0.6) -> None:
+    """Long enough for anything the bot would still do to have happened."""
+    await asyncio.sleep(seconds)
+    for app in bot.apps:
+        await app.drain()
+
+
+# --- answers, restarts ----------------------------------------------------------------------
+
+
+async def test_a_person_in_a_direct_room_is_answered(bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+    llm.reply = "hello Ann"
+    await bot.start()
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "hi bot")
+    assert await bot.answers(room, 1) == ["hello Ann"]
+    assert "hi bot" in llm.last_user_text()
+    (answer,) = emu.bot_events(room)
+    assert answer["content"]["msgtype"] == "m.text"
+
+
+async def test_the_first_start_skips_the_backlog(bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "said last week, before the bot ran")
+    await bot.start()
+    emu.say(room, ANN, "said now")
+    await bot.answers(room, 1)
+    await quiet(bot)
+    assert len(emu.bot_texts(room)) == 1 and len(llm.requests) == 1
+    assert "said now" in llm.last_user_text()
+
+
+async def test_a_restart_answers_nothing_twice_and_what_came_while_down_once(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator, tmp_path: Path
+) -> None:
+    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    room = emu.create_room(ANN)
+    first = await bot.start(store=store)
+    emu.say(room, ANN, "before the restart")
+    await bot.answers(room, 1)
+    await bot.stop(first)
+
+    emu.say(room, ANN, "while the bot was down")
+    emu.say(room, ANN, "also while down")
+    await bot.start(store=store)
+    await bot.answers(room, 3)
+    await quiet(bot)
+    assert len(emu.bot_texts(room)) == 3
+    asked = [llm.last_user_text(i) for i in range(len(llm.requests))]
+    assert len(asked) == 3 and sum("before the restart" in text for text in asked) == 1
+    assert sum("while the bot was down" in text for text in asked) == 1
+    assert emu.syncs.count(None) == 1  # the second start went on from the stored position
+
+
+# --- invitations --------------------------------------------------------------------------
+
+
+async def test_invitations_are_accepted_only_from_people_the_access_rules_admit(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    await bot.start(bot={"unknown_user_policy": "deny", "allowed_users": [ANN]})
+    strangers = emu.create_room(BOB, members=())
+    emu.invite_bot(strangers, BOB)
+    anns = emu.create_room(ANN, members=())
+    emu.invite_bot(anns, ANN, direct=True)
+    await wait_until(lambda: emu.rooms[anns].members.get(BOT) == "join", what="the bot to join Ann's room")
+    await quiet(bot)
+    assert emu.rooms[strangers].members[BOT] == "invite" and strangers not in emu.joins
+    emu.say(anns, ANN, "thanks for joining")
+    await bot.answers(anns, 1)
+    assert len(llm.requests) == 1
+
+
+async def test_with_pairing_a_strangers_invitation_is_not_accepted(bot: Bot, emu: MatrixEmulator) -> None:
+    await bot.start(bot={"unknown_user_policy": "pair"})
+    room = emu.create_room(BOB, members=())
+    emu.invite_bot(room, BOB, direct=True)
+    await quiet(bot, 1.0)
+    assert emu.joins == [] and emu.rooms[room].members[BOT] == "invite"
+
+
+# --- streaming -------------------------------------------------------------------------------
+
+
+async def test_a_streamed_answer_is_one_message_edited_at_the_floor(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    whole = " ".join(f"word{i}" for i in range(40))
+    llm.queue(Reply(text=whole, chunks=20, chunk_delay=0.2))  # four seconds of words
+    await bot.start(bot={"unknown_user_policy": "allow", "streaming": True, "stream_edit_interval_ms": 100})
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "tell me a long story")
+    await wait_until(lambda: emu.text_of(emu.bot_events(room)[0]["event_id"]) == whole if emu.bot_events(room) else False,
+                     10, what="the whole text")
+    await quiet(bot)
+    (message,) = emu.bot_events(room)
+    edits = emu.edits_of(message["event_id"])
+    assert 2 <= len(edits) <= 4, len(edits)  # 4 s at one edit per 1.5 s, the final one included
+    assert edits[-1]["content"]["m.new_content"]["body"] == whole
+    times = [message["origin_server_ts"]] + [e["origin_server_ts"] for e in edits]
+    assert all(later - earlier >= 1400 for earlier, later in zip(times, times[1:])), times
+
+
+# --- replies, threads, reactions, files -------------------------------------------------------
+
+
+async def test_a_reply_without_its_fallback_still_shows_the_model_the_quoted_message(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    room = emu.create_room(ANN)
+    quoted = emu.say(room, ANN, "the secret word is plum")
+    for i in range(12):  # pushed out of the slice the first sync hands over
+        emu.say(room, ANN, f"filler {i}")
+    await bot.start()
+    emu.say(room, ANN, "what was the word?", reply_to=quoted["event_id"], fallback=False)
+    await bot.answers(room, 1)
+    assert quoted["event_id"] in emu.event_fetches
+    assert '[In reply to: "the secret word is plum"]' in llm.last_user_text()
+    assert llm.last_user_text().rstrip().endswith("what was the word?")
+
+
+async def test_a_reply_with_the_fallback_is_read_without_it(bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+    await bot.start()
+    room = emu.create_room(ANN)
+    quoted = emu.say(room, ANN, "first line\nsecond line")
+    await bot.answers(room, 1)
+    emu.say(room, ANN, "and this", reply_to=quoted["event_id"])
+    await bot.answers(room, 2)
+    text = llm.last_user_text()
+    assert '[In reply to: "first line second line"]' in text and "> <" not in text
+
+
+def test_the_reply_fallback_is_cut_off() -> None:
+    assert strip_reply_fallback("> <@ann:x> quoted\n> more\n\nthe answer") == "the answer"
+    assert strip_reply_fallback("no quote here") == "no quote here"
+    assert strip_reply_fallback(">not a fallback") == ">not a fallback"
+
+
+async def test_a_message_in_a_thread_is_answered_in_that_thread(bot: Bot, emu: MatrixEmulator) -> None:
+    await bot.start()
+    room = emu.create_room(ANN)
+    root = emu.say(room, ANN, "a topic of its own")
+    await bot.answers(room, 1)
+    emu.say(room, ANN, "more on it", thread=root["event_id"])
+    await bot.answers(room, 2)
+    relates = emu.bot_events(room)[-1]["content"]["m.relates_to"]
+    assert relates["rel_type"] == "m.thread" and relates["event_id"] == root["event_id"]
+
+
+async def test_a_reaction_reaches_the_hooks(bot: Bot, emu: MatrixEmulator) -> None:
+    app = await bot.start()
+    seen: list[dict[str, Any]] = []
+
+    def on_reaction(event: HookEvent) -> None:
+        seen.append(event.payload)
+
+    app.hooks.register("reaction_received", on_reaction)
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "hi")
+    await bot.answers(room, 1)
+    answer = emu.bot_events(room)[0]["event_id"]
+    emu.react(room, ANN, answer, "👍")
+    await wait_until(lambda: seen, what="the reaction hook")
+    assert seen[0]["emoji"] == "👍" and seen[0]["message_id"] == answer and seen[0]["user_id"] == ANN
+
+
+async def test_a_file_reaches_the_model_and_one_over_the_limit_does_not(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    llm.reply = "read it"
+    await bot.start()
+    room = emu.create_room(ANN)
+    emu.send_file(room, ANN, b"Quarterly numbers\nrevenue: 42\n", "report.txt", "text/plain", caption="see attached")
+    await bot.answers(room, 1)
+    assert "revenue: 42" in str(llm.messages()) and emu.fetches == 1
+    emu.send_file(room, ANN, b"x" * 30_000_000, "huge.txt", "text/plain", caption="and this")
+    await bot.answers(room, 3)  # a notice about the file, and the answer to the caption
+    assert emu.fetches == 1  # the declared size was over the limit: never fetched
+    assert any("huge.txt" in text or "too large" in text.lower() for text in emu.bot_texts(room))
+
+
+# --- idempotent sends -------------------------------------------------------------------------
+
+
+def test_a_transaction_id_belongs_to_one_content() -> None:
+    text = {"msgtype": "m.text", "body": "hello"}
+    same = keyed_txn_id("reply:1:0", "!r:x", "m.room.message", dict(text))
+    assert keyed_txn_id("reply:1:0", "!r:x", "m.room.message", text) == same
+    assert keyed_txn_id("reply:1:0", "!r:x", "m.room.message", {**text, "body": "hello!"}) != same
+    assert keyed_txn_id("reply:1:1", "!r:x", "m.room.message", text) != same
+    assert keyed_txn_id("reply:1:0", "!other:x", "m.room.message", text) != same
+
+
+async def test_a_send_whose_answer_was_lost_is_kept_once(bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+    llm.reply = "only once"
+    await bot.start()
+    room = emu.create_room(ANN)
+    emu.fail_sends = 1  # the homeserver stores the answer, and the connection drops before it says so
+    emu.say(room, ANN, "hi")
+    await bot.answers(room, 1)
+    await quiet(bot)
+    assert emu.bot_texts(room) == ["only once"]
+    answers = [s for s in emu.sends if s.room_id == room and s.event_type == "m.room.message"]
+    assert [(s.dropped, s.repeat) for s in answers] == [(True, False), (False, True)]
+    assert answers[0].txn_id == answers[1].txn_id and answers[0].event_id == answers[1].event_id
+
+
+# --- encrypted rooms -------------------------------------------------------------------------
+
+
+async def test_an_encrypted_room_gets_one_notice_and_no_answer(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    await bot.start()
+    caplog.set_level(logging.WARNING, logger="botweave.adapters.matrix")
+    room = emu.create_room(ANN, encrypted=True)
+    for _ in range(2):
+        emu.post(room, ANN, "m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgA..."})
+    await wait_until(lambda: emu.bot_events(room), what="the notice")
+    await quiet(bot)
+    (notice,) = emu.bot_events(room)
+    assert notice["content"] == {"msgtype": "m.notice", "body": ENCRYPTED_NOTICE}
+    assert llm.requests == []
+    lines = [r.getMessage() for r in caplog.records if "end-to-end encrypted" in r.getMessage()]
+    assert len(lines) == 1 and room in lines[0]
