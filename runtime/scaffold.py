@@ -57,6 +57,15 @@ PLATFORMS: dict[str, str] = {
     app_token: "${SLACK_APP_TOKEN:-}"
     mode: socket             # or http (then set signing_secret and expose http_port)
 """,
+    "matrix": """\
+  # Matrix (pip install 'botweave[matrix]'): the bot's account on your homeserver and its
+  # access token (or password); invite the bot to a room or start a direct chat with it.
+  matrix:
+    homeserver: "${MATRIX_HOMESERVER:-}"       # https://matrix.example.org
+    user_id: "${MATRIX_USER_ID:-}"          # @assistant:example.org
+    access_token: "${MATRIX_ACCESS_TOKEN:-}"
+    device_id: botweave      # keep it fixed: the homeserver drops a repeated send per device
+""",
 }
 
 OPS = """\

@@ -119,7 +119,7 @@ class MatrixAdapter(Adapter):
             token=token,
             client_session=self._session,
             default_retry_count=0,  # outbound.py retries what may be retried, with the same transaction
-            log=logging.getLogger("botweave.adapters.matrix.http"),
+            log=_http_logger(),
         )
 
     def _has(self, field: str) -> bool:
@@ -274,3 +274,16 @@ class MatrixAdapter(Adapter):
         finally:
             await self._close_session()
         return [Check("matrix", True, f"whoami: {self.config.user_id} (device {client.device_id})")]
+
+
+def _no_bodies(record: logging.LogRecord) -> bool:
+    """mautrix logs each request with its body and URL at debug level: people's messages and
+    room ids have no place in the bot's log, whatever its level."""
+    return record.levelno > logging.DEBUG
+
+
+def _http_logger() -> logging.Logger:
+    logger = logging.getLogger("botweave.adapters.matrix.http")
+    if _no_bodies not in logger.filters:
+        logger.addFilter(_no_bodies)
+    return logger

@@ -114,7 +114,7 @@ class MatrixInbound:
         """Hand on everything one /sync response holds; with `backlog`, the timelines are only
         read for what they say about the rooms (the first start skips what came before it).
         False when the runtime did not take an item: the caller reads the same batch again."""
-        rooms = data.get("rooms") if isinstance(data.get("rooms"), dict) else {}
+        rooms = _mapping(data.get("rooms"))
         taken = True
         for room_id, invited in _mapping(rooms.get("invite")).items():
             await self.invited(str(room_id), _mapping(invited))

@@ -203,7 +203,7 @@ class MatrixOutbound(Outbound):
         if not uri.startswith("mxc://"):
             raise ActionError("failed", "the file has no mxc:// address")
         try:
-            url = self._client.api.get_download_url(uri, authenticated=True)  # type: ignore[arg-type]
+            url = self._client.api.get_download_url(uri, authenticated=True)
         except ValueError:
             raise ActionError("failed", "the file's mxc:// address cannot be read") from None
         headers = {"Authorization": f"Bearer {self._client.api.token}"}
@@ -243,7 +243,7 @@ class MatrixOutbound(Outbound):
 
     async def _direct_map(self) -> dict[str, list[str]]:
         try:
-            data = await self._client.get_account_data("m.direct")  # type: ignore[arg-type]
+            data = await self._client.get_account_data("m.direct")
         except MNotFound:
             return {}
         return {str(k): [str(r) for r in v] for k, v in (data or {}).items() if isinstance(v, list)}

@@ -13,18 +13,26 @@ room and no answer there.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from botweave.adapters.matrix.config import MatrixConfig
 from botweave.adapters.matrix.inbound import ENCRYPTED_NOTICE, strip_reply_fallback
 from botweave.adapters.matrix.outbound import keyed_txn_id
 from botweave.hooks import HookEvent
 from botweave.runtime.app import App
+from botweave.runtime.config import load_config
+from botweave.runtime.doctor import doctor
+from botweave.runtime.scaffold import init
 
-from tests.emulators.matrix import ANN, BOB, BOT, MatrixEmulator
+from tests.emulators.matrix import ANN, BOB, BOT, BOT_PASSWORD, BOT_TOKEN, MatrixEmulator
 from tests.emulators.openai import OpenAIEmulator, Reply
 from tests.emulators.telegram import wait_until
 
@@ -308,3 +316,94 @@ async def test_an_encrypted_room_gets_one_notice_and_no_answer(
     assert llm.requests == []
     lines = [r.getMessage() for r in caplog.records if "end-to-end encrypted" in r.getMessage()]
     assert len(lines) == 1 and room in lines[0]
+
+
+# --- logging in, init, doctor -----------------------------------------------------------------
+
+
+async def test_a_password_logs_in_on_the_configured_device(bot: Bot, emu: MatrixEmulator) -> None:
+    app = await bot.start(access_token=None, password=BOT_PASSWORD, device_id="FIXEDDEVICE")
+    assert [login.get("device_id") for login in emu.logins] == ["FIXEDDEVICE"]
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "hi")
+    await bot.answers(room, 1)
+    assert {s.device for s in emu.sends} == {"FIXEDDEVICE"}
+    assert BOT_PASSWORD not in repr(app.config.platform("matrix"))
+
+
+async def test_doctor_checks_the_token_with_whoami(emu: MatrixEmulator, tmp_path: Path) -> None:
+    def config(token: str) -> Path:
+        path = tmp_path / f"{token}.yaml"
+        path.write_text(
+            "agents: {helper: {model: offline/echo}}\n"
+            f"platforms: {{matrix: {{homeserver: '{emu.url}', user_id: '{BOT}', access_token: '{token}'}}}}\n"
+            "store: {url: 'memory://'}\n"
+        )
+        return path
+
+    out = io.StringIO()
+    assert await doctor(str(config(BOT_TOKEN)), model=False, out=out) == 0
+    assert f"ok   matrix: whoami: {BOT}" in out.getvalue()
+    out = io.StringIO()
+    assert await doctor(str(config("syt_wrong")), model=False, out=out) == 1
+    (failed,) = [line for line in out.getvalue().splitlines() if line.startswith("FAIL matrix")]
+    assert "access token" in failed and "fix:" in failed and "syt_wrong" not in failed
+
+
+def test_init_writes_a_matrix_section_that_waits_for_its_variables(tmp_path: Path) -> None:
+    path = tmp_path / "bot.yaml"
+    out = io.StringIO()
+    assert init(str(path), ["matrix"], "offline/echo", out=out, err=io.StringIO(), interactive=False) == 0
+    assert "next: export MATRIX_HOMESERVER, MATRIX_USER_ID, MATRIX_ACCESS_TOKEN" in out.getvalue()
+    assert load_config(path, env={}).enabled_platforms() == {}
+    env = {"MATRIX_HOMESERVER": "https://hs.example", "MATRIX_USER_ID": BOT, "MATRIX_ACCESS_TOKEN": "syt_x"}
+    section = load_config(path, env=env).enabled_platforms()["matrix"]
+    assert isinstance(section, MatrixConfig) and section.homeserver == "https://hs.example"
+    assert section.device_id == "botweave"
+
+
+# --- `botweave run` ---------------------------------------------------------------------------
+
+
+async def test_botweave_run_answers_and_a_restarted_process_answers_what_came_while_down_once(
+    emu: MatrixEmulator, tmp_path: Path
+) -> None:
+    """The real CLI in its own process, twice, on one SQLite file: what was answered before
+    the restart is not answered again, what came in between is answered once."""
+    config = tmp_path / "bot.yaml"
+    config.write_text(
+        "bot: {unknown_user_policy: allow}\n"
+        "agents: {assistant: {model: offline/echo}}\n"
+        "platforms:\n"
+        f"  matrix: {{homeserver: '{emu.url}', user_id: '{BOT}', access_token: '${{MATRIX_ACCESS_TOKEN}}',"
+        " device_id: BOTDEVICE, sync_timeout_seconds: 2}\n"
+        "store: {url: 'sqlite:///bot.db'}\n"
+    )
+    env = {**os.environ, "MATRIX_ACCESS_TOKEN": BOT_TOKEN, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    room = emu.create_room(ANN)
+
+    async def run_until_answered(count: int) -> str:
+        syncs = len(emu.syncs)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "botweave", "run", str(config), env=env,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            await wait_until(lambda: len(emu.syncs) >= syncs + 2, 60, what="the process's first sync")
+            if count == 1:
+                emu.say(room, ANN, "hello from a person")
+            await wait_until(lambda: len(emu.bot_texts(room)) >= count, 30, what=f"{count} answer(s)")
+            await asyncio.sleep(1.0)  # time for anything that would come twice
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr.decode()
+        return stderr.decode()
+
+    first_log = await run_until_answered(1)
+    emu.say(room, ANN, "said while the bot was down")
+    second_log = await run_until_answered(2)
+    texts = emu.bot_texts(room)
+    assert len(texts) == 2, texts
+    assert "hello from a person" in texts[0] and "said while the bot was down" in texts[1]
+    assert BOT_TOKEN not in first_log + second_log
