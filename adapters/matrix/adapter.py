@@ -43,6 +43,10 @@ API_TIMEOUT_S = 30.0
 #: Pauses between failed syncs, growing to the last.
 SYNC_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 DEVICE_NAME = "botweave"
+#: Paging back through what a room's cut-short timeline left out: pages of this many events,
+#: at most this many pages (what is older than that after a long downtime is not answered).
+PAGE_SIZE = 100
+PAGES_BACK = 10
 
 
 class MatrixAdapter(Adapter):
@@ -93,7 +97,9 @@ class MatrixAdapter(Adapter):
         except BaseException:
             await self._close_session()
             raise
-        self.inbound = MatrixInbound(self, fetch_event=self._fetch_event, join=self._join, notice=self._encrypted_room)
+        self.inbound = MatrixInbound(
+            self, fetch_event=self._fetch_event, join=self._join, notice=self._encrypted_room, page_back=self._page_back
+        )
         self.outbound = MatrixOutbound(self.client, sent=self.inbound.note_own)
         if inbound:
             self._syncing.spawn(self._sync_forever(), name="sync", on_failure=self._sync_died)
@@ -197,7 +203,7 @@ class MatrixAdapter(Adapter):
             if not isinstance(data, dict):
                 continue
             backlog = since is None and not self.config.answer_backlog_on_first_start
-            if not await inbound.read(data, backlog=backlog):
+            if not await inbound.read(data, since=since, backlog=backlog):
                 log.warning("matrix: the runtime did not take every event of a sync batch; reading it again")
                 await asyncio.sleep(SYNC_BACKOFF_S[0])
                 continue
@@ -215,6 +221,30 @@ class MatrixAdapter(Adapter):
         if out is None:
             raise RuntimeError("not started")
         return await out.fetch_event(room_id, event_id)
+
+    async def _page_back(self, room_id: str, start: str, stop: str) -> list[dict[str, Any]]:
+        """A room's events from `start` back to `stop` (`/rooms/{room}/messages`, newest
+        first, page by page), oldest first."""
+        client = self.client
+        if client is None:
+            raise RuntimeError("not started")
+        found: list[dict[str, Any]] = []
+        token: str | None = start
+        for _ in range(PAGES_BACK):
+            if token is None:
+                break
+            query = {"from": token, "to": stop, "dir": "b", "limit": str(PAGE_SIZE)}
+            page = await client.api.request(Method.GET, Path.v3.rooms[room_id].messages, query_params=query,
+                                            metrics_method="getMessages")
+            chunk = [e for e in page.get("chunk") or [] if isinstance(e, dict)]
+            found.extend(chunk)
+            end = page.get("end")
+            token = str(end) if chunk and isinstance(end, str) and end != token else None
+        if token is not None:
+            log.warning("matrix: more than %d messages missed in %s; the oldest are not read",
+                        PAGES_BACK * PAGE_SIZE, room_id)
+        found.reverse()
+        return found
 
     async def _join(self, room_id: str) -> None:
         client = self.client

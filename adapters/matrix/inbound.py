@@ -61,6 +61,8 @@ FetchEvent = Callable[[str, str], Awaitable[dict[str, Any]]]
 Join = Callable[[str], Awaitable[None]]
 #: Posts the encrypted-room notice into a room once (the store remembers it was said).
 Notice = Callable[[str], Awaitable[None]]
+#: The events of a room between two sync tokens, oldest first: (room, from, back to).
+PageBack = Callable[[str, str, str], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass
@@ -90,8 +92,11 @@ class Seen:
 
 
 class MatrixInbound:
-    def __init__(self, adapter: Adapter, *, fetch_event: FetchEvent, join: Join, notice: Notice) -> None:
+    def __init__(
+        self, adapter: Adapter, *, fetch_event: FetchEvent, join: Join, notice: Notice, page_back: PageBack
+    ) -> None:
         self._adapter = adapter
+        self._page_back = page_back
         self._fetch_event = fetch_event
         self._join = join
         self._notice = notice
@@ -110,10 +115,13 @@ class MatrixInbound:
 
     # --- one sync response --------------------------------------------------------------------
 
-    async def read(self, data: dict[str, Any], *, backlog: bool) -> bool:
+    async def read(self, data: dict[str, Any], *, since: str | None, backlog: bool) -> bool:
         """Hand on everything one /sync response holds; with `backlog`, the timelines are only
         read for what they say about the rooms (the first start skips what came before it).
-        False when the runtime did not take an item: the caller reads the same batch again."""
+        A room's timeline the homeserver cut short (`limited`: more came since `since` than
+        one sync gives) is completed by paging back to `since` first, so nothing that arrived
+        while the bot was away is skipped. False when an item was not taken (or a gap could
+        not be filled): the caller reads the same batch again."""
         rooms = _mapping(data.get("rooms"))
         taken = True
         for room_id, invited in _mapping(rooms.get("invite")).items():
@@ -125,6 +133,13 @@ class MatrixInbound:
             for event in _events(joined.get("state")):
                 self._learn(view, event)
             timeline = _events(joined.get("timeline"))
+            cut = _mapping(joined.get("timeline"))
+            if since and not backlog and cut.get("limited") is True and isinstance(cut.get("prev_batch"), str):
+                try:
+                    timeline = await self._page_back(room_id, cut["prev_batch"], since) + timeline
+                except Exception as exc:  # noqa: BLE001 - read the batch again rather than skip a gap
+                    log.warning("matrix: could not fetch the messages missed in %s (%s)", room_id, type(exc).__name__)
+                    return False
             for event in timeline:
                 self._learn(view, event)
             if view.encrypted:

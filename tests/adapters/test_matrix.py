@@ -74,7 +74,7 @@ class Bot:
         await app.stop()
         self.apps.remove(app)
 
-    async def answers(self, room: str, count: int, timeout: float = 10.0) -> list[str]:
+    async def answers(self, room: str, count: int, timeout: float = 30.0) -> list[str]:
         await wait_until(lambda: len(self.emu.bot_texts(room)) >= count, timeout, what=f"{count} answer(s)")
         for app in self.apps:
             await app.drain()
@@ -407,3 +407,26 @@ async def test_botweave_run_answers_and_a_restarted_process_answers_what_came_wh
     assert len(texts) == 2, texts
     assert "hello from a person" in texts[0] and "said while the bot was down" in texts[1]
     assert BOT_TOKEN not in first_log + second_log
+
+
+async def test_more_than_one_sync_holds_is_paged_back_and_answered_once(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator, tmp_path: Path
+) -> None:
+    """While the bot was down more came than one sync gives (the timeline is `limited`): the
+    rest is paged back from the homeserver, and each message is answered once, in order."""
+    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    room = emu.create_room(ANN)
+    first = await bot.start(store=store)
+    emu.say(room, ANN, "before")
+    await bot.answers(room, 1)
+    await bot.stop(first)
+    for i in range(14):
+        emu.say(room, ANN, f"missed {i}")
+    await bot.start(store=store)
+    await bot.answers(room, 15, timeout=40)
+    await quiet(bot)
+    assert len(emu.bot_texts(room)) == 15 and emu.pages
+    asked = [llm.last_user_text(i) for i in range(len(llm.requests))]
+    assert [next(w for w in text.splitlines() if w.startswith(("before", "missed"))) for text in asked] == [
+        "before", *(f"missed {i}" for i in range(14))
+    ]

@@ -17,7 +17,7 @@ against it (its base URL is the emulator's):
   answers the first event id and stores nothing (`sends` records every request, `dedup` says
   which were repeats); `fail_sends` drops the connection of the next N sends *after* the event
   was stored, the ambiguous failure a real network has; `PUT /rooms/{room}/redact/{id}/{txn}`;
-  `GET /rooms/{room}/event/{id}`; `PUT /rooms/{room}/typing/{user}`; `/joined_members`;
+  `GET /rooms/{room}/event/{id}`; `GET /rooms/{room}/messages` (paging back); `PUT /rooms/{room}/typing/{user}`; `/joined_members`;
 * media: `POST /_matrix/media/v3/upload` gives an `mxc://` URI; the bytes are served only by
   the authenticated `GET /_matrix/client/v1/media/download/{server}/{id}` (the unauthenticated
   `/_matrix/media/v3/download` is frozen, as on homeservers that require authenticated media);
@@ -49,7 +49,9 @@ BOT_DEVICE = "BOTDEVICE"
 BOT_TOKEN = "syt_emulator_bot_token"
 ANN = f"@ann:{SERVER}"
 BOB = f"@bob:{SERVER}"
-#: Events of each joined room the first sync (no `since`) gives.
+#: Events of each joined room a sync gives at most (Synapse's default filter): the first sync
+#: gives the latest ones; a later one with more to give says `limited` and hands `prev_batch`,
+#: from where `/rooms/{room}/messages` pages back to the rest.
 INITIAL_TIMELINE = 10
 
 
@@ -112,6 +114,8 @@ class MatrixEmulator:
         #: Sends whose connection is dropped after the event is stored (the ambiguous failure).
         self.fail_sends = 0
         self._ids = itertools.count(1)
+        self._positions: dict[str, int] = {}  # event id -> its stream position
+        self.pages: list[dict[str, str]] = []  # the query of every /messages request
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -133,6 +137,7 @@ class MatrixEmulator:
         r.add_put(f"{client}/v3/rooms/{{room}}/send/{{type}}/{{txn}}", self._send)
         r.add_put(f"{client}/v3/rooms/{{room}}/redact/{{event}}/{{txn}}", self._redact)
         r.add_get(f"{client}/v3/rooms/{{room}}/event/{{event}}", self._event)
+        r.add_get(f"{client}/v3/rooms/{{room}}/messages", self._messages)
         r.add_put(f"{client}/v3/rooms/{{room}}/typing/{{user}}", self._typing)
         r.add_get(f"{client}/v3/rooms/{{room}}/joined_members", self._joined_members)
         r.add_get(f"{client}/v3/joined_rooms", self._joined_rooms)
@@ -325,6 +330,8 @@ class MatrixEmulator:
 
     def _publish(self, room_id: str, section: str, event: dict[str, Any]) -> None:
         self.stream.append((len(self.stream) + 1, room_id, section, event))
+        if section == "timeline":
+            self._positions[event["event_id"]] = len(self.stream)
         asyncio.get_event_loop().create_task(self._wake())
 
     async def _wake(self) -> None:
@@ -449,6 +456,11 @@ class MatrixEmulator:
                     "events": [e for e in room.state.values() if "event_id" in e]
                 }
             join.setdefault(room_id, {"timeline": {"events": []}})["timeline"]["events"].append(dict(event))
+        for section in join.values():
+            timeline = section["timeline"]
+            if len(timeline["events"]) > INITIAL_TIMELINE:
+                kept = timeline["events"][-INITIAL_TIMELINE:]
+                timeline.update(events=kept, limited=True, prev_batch=f"s{self._positions[kept[0]['event_id']] - 1}")
         return {"next_batch": f"s{len(self.stream)}", "rooms": {"join": join, "invite": invite, "leave": {}}}
 
     async def _join(self, request: web.Request) -> web.Response:
@@ -531,6 +543,23 @@ class MatrixEmulator:
         if event is None or event["room_id"] != room.room_id:
             return self._error(404, "M_NOT_FOUND", "Event not found")
         return web.json_response({k: v for k, v in event.items() if k != "redacted"})
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        """Paging back (`dir=b`) from `from` to `to` (both stream tokens), `limit` at a time."""
+        user, _ = self._auth(request)
+        room = self._joined_room(request.match_info["room"], user)
+        self.pages.append(dict(request.query))
+        if request.query.get("dir") != "b":
+            return self._error(400, "M_INVALID_PARAM", "the emulator pages backwards only")
+        start = int(request.query["from"].removeprefix("s"))
+        stop = int(request.query.get("to", "s0").removeprefix("s"))
+        limit = int(request.query.get("limit", "10"))
+        found = [e for e in reversed(room.timeline) if stop < self._positions.get(e["event_id"], 0) <= start]
+        chunk = found[:limit]
+        answer: dict[str, Any] = {"chunk": [dict(e) for e in chunk], "start": request.query["from"]}
+        if len(found) > limit:
+            answer["end"] = f"s{self._positions[chunk[-1]['event_id']] - 1}"
+        return web.json_response(answer)
 
     async def _typing(self, request: web.Request) -> web.Response:
         user, _ = self._auth(request)
