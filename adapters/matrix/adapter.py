@@ -274,6 +274,13 @@ class MatrixAdapter(Adapter):
             except Exception as exc:  # noqa: BLE001 - the log line above already says it
                 log.warning("matrix: the encryption notice in %s was not posted (%s)", room_id, type(exc).__name__)
 
+    def split_target(self, place: str) -> tuple[str, str | None]:
+        """`matrix:!room:example.org` names a room, `matrix:!room:example.org:$event` the thread
+        under that event: a room id holds a colon (and its server may hold a port), an event id
+        starts with `$`."""
+        room, sep, thread = place.partition(":$")
+        return room, f"${thread}" if sep and thread else None
+
     # --- health ---------------------------------------------------------------------------
 
     async def readiness(self) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botweave.adapters.matrix.adapter import MatrixAdapter
 from botweave.adapters.matrix.config import MatrixConfig
 from botweave.adapters.matrix.inbound import ENCRYPTED_NOTICE, strip_reply_fallback
 from botweave.adapters.matrix.outbound import keyed_txn_id
@@ -31,10 +32,12 @@ from botweave.runtime.app import App
 from botweave.runtime.config import load_config
 from botweave.runtime.doctor import doctor
 from botweave.runtime.scaffold import init
+from botweave.targets import Targets
 
 from tests.emulators.matrix import ANN, BOB, BOT, BOT_PASSWORD, BOT_TOKEN, MatrixEmulator
 from tests.emulators.openai import OpenAIEmulator, Reply
 from tests.emulators.telegram import wait_until
+from tests.gateway.support import TOKEN_CONFIG, client, collect
 
 
 @pytest.fixture
@@ -430,3 +433,37 @@ async def test_more_than_one_sync_holds_is_paged_back_and_answered_once(
     assert [next(w for w in text.splitlines() if w.startswith(("before", "missed"))) for text in asked] == [
         "before", *(f"missed {i}" for i in range(14))
     ]
+
+
+def test_a_target_names_a_room_whose_id_holds_colons_and_a_thread_under_it() -> None:
+    """Room ids are `!id:server` (a server may carry a port): the target grammar's colon after
+    the chat is where an event id (`$…`) begins, not the first colon."""
+    targets = Targets({"matrix": MatrixAdapter(MatrixConfig())})
+    room = targets.resolve("matrix:!abc:example.org")
+    thread = targets.resolve("matrix:!abc:example.org:8448:$root")
+    assert room is not None and (room.chat_id, room.thread_id) == ("!abc:example.org", None)
+    assert thread is not None and (thread.chat_id, thread.thread_id) == ("!abc:example.org:8448", "$root")
+    assert room.target == "matrix:!abc:example.org" and thread.target == "matrix:!abc:example.org:8448:$root"
+
+
+async def test_a_matrix_room_is_watched_from_the_gateway(emu: MatrixEmulator, start_app: Any) -> None:
+    """The browser UI's conversations view is the gateway's `conversations.list` and
+    `subscribe`: a Matrix room is listed and its messages, a person's and the bot's, arrive live."""
+    app = await start_app({
+        "bot": {"unknown_user_policy": "allow", "group_policy": "respond_all"},
+        "agents": {"assistant": {"model": "offline/echo"}},
+        "platforms": {"matrix": emu.section()},
+        "gateway": {"listen": "127.0.0.1:0", "tokens": TOKEN_CONFIG},
+    })
+    await wait_until(lambda: len(emu.syncs) >= 2, 30, what="the first sync")
+    room = emu.create_room(ANN, members=(BOT, BOB), name="Team")
+    conversation = f"matrix:{room}"
+    async with client(app, "root") as root:
+        await root.subscribe(conversation)
+        emu.say(room, ANN, "what is the plan?")
+        events = await collect(root, lambda seen: sum(e.event == "message" for e in seen) >= 2)
+        listed = (await root.call("conversations.list", {"platform": "matrix"}))["conversations"]
+    messages = [e.data for e in events if e.event == "message"]
+    assert [m["author"]["kind"] for m in messages[:2]] == ["user", "bot"]
+    assert messages[0]["text"] == "what is the plan?" and "what is the plan?" in messages[1]["text"]
+    assert [(c["conversation"], c["title"]) for c in listed] == [(conversation, "Team")]
