@@ -157,7 +157,11 @@ class MatrixAdapter(Adapter):
             )
         client.device_id = who.device_id or client.device_id
         localpart = wanted[1:].split(":", 1)[0]
-        self.self_user = BotUser(user_id=wanted, username=localpart, display_name=localpart, is_bot=True)
+        try:
+            name = await client.get_displayname(who.user_id) or localpart
+        except (MatrixRequestError, aiohttp.ClientError, asyncio.TimeoutError):
+            name = localpart  # a name is for recognising mentions; the id does that too
+        self.self_user = BotUser(user_id=wanted, username=localpart, display_name=name, is_bot=True)
         log.info("matrix: logged in as %s (device %s)", wanted, client.device_id)
 
     # --- receiving ------------------------------------------------------------------------

@@ -335,16 +335,19 @@ class MatrixInbound:
         )
 
     def _mentions_me(self, content: dict[str, Any], text: str) -> bool:
+        """Addressed to the bot: named in `m.mentions`, its user id in the text or in a mention
+        pill's link, or its name at the start of the text (`Name: …`, how clients address people)."""
         me = self._me
-        mentions = _mapping(content.get("m.mentions"))
-        ids = mentions.get("user_ids")
+        ids = _mapping(content.get("m.mentions")).get("user_ids")
         if isinstance(ids, list) and me in ids:
             return True
-        if me and me in text:
+        formatted = content.get("formatted_body")
+        if me and (me in text or (isinstance(formatted, str) and me in formatted)):
             return True
         own = self._adapter.self_user
-        name = own.display_name if own is not None else ""
-        return bool(name) and name.lower() in text.lower().split(":")[0].split()
+        names = {n.lower() for n in (own.display_name, own.username) if n} if own is not None else set()
+        head, sep, _ = text.partition(":")
+        return bool(sep) and head.strip().lower() in names
 
 
 def strip_reply_fallback(body: str) -> str:

@@ -467,3 +467,21 @@ async def test_a_matrix_room_is_watched_from_the_gateway(emu: MatrixEmulator, st
     assert [m["author"]["kind"] for m in messages[:2]] == ["user", "bot"]
     assert messages[0]["text"] == "what is the plan?" and "what is the plan?" in messages[1]["text"]
     assert [(c["conversation"], c["title"]) for c in listed] == [(conversation, "Team")]
+
+
+async def test_in_a_group_room_the_bot_answers_when_addressed(bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator) -> None:
+    await bot.start()
+    room = emu.create_room(ANN, members=(BOT, BOB))
+    emu.say(room, ANN, "morning everyone")
+    emu.say(room, ANN, "Bot: what is on today?")
+    await bot.answers(room, 1)
+    emu.say(room, BOB, "and you?", mentions=(BOT,))
+    await bot.answers(room, 2)
+    earlier = emu.bot_events(room)[0]["event_id"]
+    emu.say(room, ANN, "thanks", reply_to=earlier, fallback=False)
+    await bot.answers(room, 3)
+    emu.post(room, BOB, "m.room.message", {"msgtype": "m.notice", "body": "Bot: a notice from another bot"})
+    await quiet(bot)
+    asked = [llm.last_user_text(i) for i in range(len(llm.requests))]
+    assert len(asked) == 3 and not any("morning everyone" in a.splitlines()[-1] for a in asked)
+    assert [a.splitlines()[-1].split("] ")[-1] for a in asked] == ["Bot: what is on today?", "and you?", "thanks"]

@@ -11,7 +11,7 @@ against it (its base URL is the emulator's):
   first sync (no `since`) gives each joined room's last `INITIAL_TIMELINE` events, as a real
   homeserver gives a recent slice;
 * `POST /join/{room}` and `/rooms/{room}/join` (only an invited or already joined user),
-  `/rooms/{room}/leave`, `GET /joined_rooms`, `POST /createRoom` (with `invite` and `is_direct`), `m.direct`
+  `/rooms/{room}/leave`, `GET /joined_rooms`, `GET /profile/{user}/displayname`, `POST /createRoom` (with `invite` and `is_direct`), `m.direct`
   account data;
 * `PUT /rooms/{room}/send/{type}/{txnId}`: a repeat of a transaction id by the same device
   answers the first event id and stores nothing (`sends` records every request, `dedup` says
@@ -141,6 +141,7 @@ class MatrixEmulator:
         r.add_put(f"{client}/v3/rooms/{{room}}/typing/{{user}}", self._typing)
         r.add_get(f"{client}/v3/rooms/{{room}}/joined_members", self._joined_members)
         r.add_get(f"{client}/v3/joined_rooms", self._joined_rooms)
+        r.add_get(f"{client}/v3/profile/{{user}}/displayname", self._displayname)
         r.add_get(f"{client}/v3/user/{{user}}/account_data/{{type}}", self._get_account_data)
         r.add_put(f"{client}/v3/user/{{user}}/account_data/{{type}}", self._put_account_data)
         r.add_post("/_matrix/media/v3/upload", self._upload)
@@ -208,11 +209,13 @@ class MatrixEmulator:
 
     def say(
         self, room_id: str, sender: str, text: str, *, reply_to: str | None = None, thread: str | None = None,
-        fallback: bool = True, msgtype: str = "m.text",
+        fallback: bool = True, msgtype: str = "m.text", mentions: tuple[str, ...] | None = None,
     ) -> dict[str, Any]:
         """A person's text message; a reply (`reply_to`, with the quoting fallback unless
         `fallback` is False) or a message in the thread rooted at `thread`."""
         content: dict[str, Any] = {"msgtype": msgtype, "body": text}
+        if mentions is not None:
+            content["m.mentions"] = {"user_ids": list(mentions)}
         if reply_to is not None:
             quoted = self.events[reply_to]
             content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
@@ -576,6 +579,12 @@ class MatrixEmulator:
     async def _joined_rooms(self, request: web.Request) -> web.Response:
         user, _ = self._auth(request)
         return web.json_response({"joined_rooms": [r for r, room in self.rooms.items() if room.members.get(user) == "join"]})
+
+    async def _displayname(self, request: web.Request) -> web.Response:
+        name = self.users.get(request.match_info["user"])
+        if name is None:
+            return self._error(404, "M_NOT_FOUND", "Profile not found")
+        return web.json_response({"displayname": name})
 
     async def _get_account_data(self, request: web.Request) -> web.Response:
         user, _ = self._auth(request)
