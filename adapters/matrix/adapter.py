@@ -52,9 +52,10 @@ PAGES_BACK = 10
 class MatrixAdapter(Adapter):
     platform = "matrix"
     capabilities = PlatformCapabilities(
-        # An event may be 64 KiB; an edit carries its text twice (the fallback and
-        # m.new_content), so a message stays well inside that at four bytes a character.
-        max_message_length=8000,
+        # An event may be 64 KiB and an edit carries its text twice (the fallback and
+        # m.new_content): at four bytes a character that still leaves room for an HTML body
+        # next to each; and a reply longer than this reads better as several messages.
+        max_message_length=4000,
         length_unit="chars",
         can_edit=True,
         can_delete=True,

@@ -96,3 +96,4 @@ class MatrixDriver(PlatformDriver):
         before = len(self.received)
         self.emu.say(self.chat, ANN, text, reply_to=to.message_id)
         return await self._next_message(before)
+
