@@ -12,7 +12,8 @@ INSTALL = "pip install 'botweave[matrix]'"
 
 class SdkMissing(Adapter):
     """Matrix configured where mautrix is not installed (it is an optional extra): the platform
-    fails to start, and the doctor fails, with the command that installs it."""
+    fails to start, and the doctor fails, with the command that installs it (and markdown-it-py,
+    which the extra brings along)."""
 
     platform = "matrix"
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities()
@@ -32,7 +33,7 @@ def _create(config: MatrixConfig) -> Adapter:
     try:
         from .adapter import MatrixAdapter
     except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "mautrix":
+        if (exc.name or "").partition(".")[0] not in ("mautrix", "markdown_it"):
             raise
         return SdkMissing(config)
     return MatrixAdapter(config)

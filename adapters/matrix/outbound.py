@@ -29,6 +29,7 @@ from botweave.adapter import ActionError, ByteLimit, Outbound, Outcome
 from botweave.files import http_chunks
 from botweave.metrics import RATE_LIMIT_WAIT
 from botweave.types import OutboundFile
+from markdown_it import MarkdownIt
 from mautrix.api import Method, Path
 from mautrix.client import ClientAPI
 from mautrix.errors import (
@@ -61,10 +62,19 @@ def fresh_txn_id() -> str:
     return f"bw{time.time_ns():x}{secrets.token_hex(6)}"
 
 
+#: Markdown as clients show it (`org.matrix.custom.html`); HTML in the text itself is
+#: escaped, never passed on, so nothing a model wrote becomes markup it did not ask for.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["strikethrough", "table"])
+
+
 def text_content(text: str) -> dict[str, Any]:
-    """An `m.text` message: the text as written (Markdown reads well as plain text in every
-    client, and nothing the model wrote is ever interpreted as HTML)."""
-    return {"msgtype": "m.text", "body": text}
+    """An `m.text` message: the text as written in `body` (what notifications and clients
+    without HTML show) and, when its Markdown makes any difference, as HTML beside it."""
+    content: dict[str, Any] = {"msgtype": "m.text", "body": text}
+    rendered = _MARKDOWN.render(text).strip()
+    if "<" in rendered.removeprefix("<p>").removesuffix("</p>"):
+        content.update(format="org.matrix.custom.html", formatted_body=rendered)
+    return content
 
 
 def relation(thread_id: str | None, reply_to: str | None) -> dict[str, Any] | None:

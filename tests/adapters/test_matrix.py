@@ -26,7 +26,7 @@ import pytest
 from botweave.adapters.matrix.adapter import MatrixAdapter
 from botweave.adapters.matrix.config import MatrixConfig
 from botweave.adapters.matrix.inbound import ENCRYPTED_NOTICE, strip_reply_fallback
-from botweave.adapters.matrix.outbound import keyed_txn_id
+from botweave.adapters.matrix.outbound import keyed_txn_id, text_content
 from botweave.hooks import HookEvent
 from botweave.runtime.app import App
 from botweave.runtime.config import load_config
@@ -514,3 +514,18 @@ async def test_a_batch_read_again_after_a_crash_is_not_answered_twice(
     await bot.answers(room, 2)
     await quiet(bot)
     assert len(emu.bot_texts(room)) == 2 and len(llm.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "html"),
+    [
+        ("just words", None),
+        ("**bold** and `code`", "<p><strong>bold</strong> and <code>code</code></p>"),
+        ("line one\nline two", "<p>line one<br />\nline two</p>"),
+        ("a <script>alert(1)</script> & **b**", "<p>a &lt;script&gt;alert(1)&lt;/script&gt; &amp; <strong>b</strong></p>"),
+    ],
+)
+def test_markdown_goes_out_as_html_beside_the_text_as_written(text: str, html: str | None) -> None:
+    content = text_content(text)
+    assert content["body"] == text and content.get("formatted_body") == html
+    assert ("format" in content) == (html is not None)
