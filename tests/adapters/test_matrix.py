@@ -167,6 +167,17 @@ async def test_invitations_are_accepted_only_from_people_the_access_rules_admit(
     assert len(llm.requests) == 1
 
 
+async def test_an_invitation_that_came_before_the_first_start_is_accepted(bot: Bot, emu: MatrixEmulator) -> None:
+    """Pending invitations are not backlog: the first start skips old messages, not people
+    waiting for the bot to join."""
+    room = emu.create_room(ANN, members=())
+    emu.invite_bot(room, ANN, direct=True)
+    await bot.start(bot={"unknown_user_policy": "deny", "allowed_users": [ANN]})
+    await wait_until(lambda: emu.rooms[room].members.get(BOT) == "join", what="the bot to join")
+    emu.say(room, ANN, "glad you made it")
+    assert len(await bot.answers(room, 1)) == 1
+
+
 async def test_with_pairing_a_strangers_invitation_is_not_accepted(bot: Bot, emu: MatrixEmulator) -> None:
     await bot.start(bot={"unknown_user_policy": "pair"})
     room = emu.create_room(BOB, members=())
