@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,16 @@ class Bot:
         self.emu, self.llm = emu, llm
         self.apps: list[App] = []
 
-    async def start(self, *, bot: dict[str, Any] | None = None, store: str | None = None, **matrix: Any) -> App:
+    async def start(
+        self, *, bot: dict[str, Any] | None = None, store: str | dict[str, str] | None = None, **matrix: Any
+    ) -> App:
         config: dict[str, Any] = {
             "bot": {"unknown_user_policy": "allow"} if bot is None else bot,
             "agents": {"assistant": {"model": "openai/gpt-emulated", "api_base": self.llm.base_url, "api_key": "sk-x"}},
             "platforms": {"matrix": self.emu.section(**matrix)},
         }
         if store is not None:
-            config["store"] = {"url": store}
+            config["store"] = {"url": store} if isinstance(store, str) else store
         syncs = len(self.emu.syncs)
         app = App.from_config(config)
         await app.start()
@@ -126,10 +129,16 @@ async def test_the_first_start_skips_the_backlog(bot: Bot, emu: MatrixEmulator, 
     assert "said now" in llm.last_user_text()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 async def test_a_restart_answers_nothing_twice_and_what_came_while_down_once(
-    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator, tmp_path: Path
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator, tmp_path: Path, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    store = f"sqlite:///{tmp_path / 'bot.db'}"
+    """On the embedded store and on Redis (where the receiving connection is held by a leader
+    and turns run from the shared stream), the sync position survives the restart."""
+    if backend == "redis":
+        store: str | dict[str, str] = {"url": request.getfixturevalue("redis_url"), "prefix": f"test:{uuid.uuid4().hex}:"}
+    else:
+        store = f"sqlite:///{tmp_path / 'bot.db'}"
     room = emu.create_room(ANN)
     first = await bot.start(store=store)
     emu.say(room, ANN, "before the restart")
