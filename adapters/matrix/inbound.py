@@ -109,9 +109,21 @@ class MatrixInbound:
         me = self._adapter.self_user
         return me.user_id if me is not None else ""
 
-    def note_own(self, room_id: str, event_id: str) -> None:
-        """An event this process sent: a later reply to it is a reply to the bot."""
-        self._seen.put(event_id, Seen(self._me, "", "message"))
+    def note_own(self, room_id: str, event_id: str, content: dict[str, Any]) -> None:
+        """An event this process sent: a later reply to it is a reply to the bot, quoting its
+        newest text (an edit updates the message it replaces), and a thread it posted in is
+        one the bot is part of."""
+        relates = _mapping(content.get("m.relates_to"))
+        target = relates.get("event_id")
+        if relates.get("rel_type") == "m.replace" and isinstance(target, str):
+            earlier = self._seen.get(target)
+            text = _body(_mapping(content.get("m.new_content")))
+            self._seen.put(target, Seen(self._me, text, "message", thread_id=earlier.thread_id if earlier else None))
+            return
+        thread_id = target if relates.get("rel_type") == "m.thread" and isinstance(target, str) else None
+        if thread_id:
+            self._threads_with_bot.put((room_id, thread_id), True)
+        self._seen.put(event_id, Seen(self._me, _body(content), "message", tuple(_attachments(content)), thread_id=thread_id))
 
     # --- one sync response --------------------------------------------------------------------
 
@@ -245,11 +257,13 @@ class MatrixInbound:
         text = _body(content)
         if quoted_id is not None:
             text = strip_reply_fallback(text)
-        self._seen.put(event_id, Seen(sender, text, "message", tuple(attachments), thread_id=thread_id))
         if self._adapter.is_self(sender):
             if thread_id:
                 self._threads_with_bot.put((room_id, thread_id), True)
+            if event_id not in self._seen:  # posted by another process; ours know their newest text
+                self._seen.put(event_id, Seen(sender, text, "message", tuple(attachments), thread_id=thread_id))
             return None  # the bot's own post, echoed back by the sync
+        self._seen.put(event_id, Seen(sender, text, "message", tuple(attachments), thread_id=thread_id))
         if msgtype == "m.emote":
             text = f"* {text}"
         quoted = await self._quote(room_id, quoted_id) if quoted_id else None

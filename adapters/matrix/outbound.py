@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 #: Pauses before the same transaction is tried again after no answer, or a 5xx or 429 one.
 RETRY_PAUSES_S = (0.5, 1.5, 4.0)
-#: Told about every event of ours: (room, event id).
-SentHook = Callable[[str, str], None]
+#: Told about every event of ours: (room, event id, its content).
+SentHook = Callable[[str, str, dict[str, Any]], None]
 
 
 def keyed_txn_id(key: str, room_id: str, event_type: str, content: Mapping[str, Any]) -> str:
@@ -137,7 +137,7 @@ class MatrixOutbound(Outbound):
                 event_id = str(response.get("event_id") or "")
                 if not event_id:
                     raise ActionError("failed", "the homeserver answered without an event id")
-                self._sent(room_id, event_id)
+                self._sent(room_id, event_id, content)
                 return event_id
             await asyncio.sleep(pause)
         raise AssertionError("unreachable")

@@ -549,3 +549,21 @@ def test_markdown_goes_out_as_html_beside_the_text_as_written(text: str, html: s
     content = text_content(text)
     assert content["body"] == text and content.get("formatted_body") == html
     assert ("format" in content) == (html is not None)
+
+
+async def test_a_reply_to_a_streamed_answer_quotes_its_final_text(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    llm.queue(Reply(text="the final answer is forty-two", chunks=4, chunk_delay=0.6))
+    await bot.start(bot={"unknown_user_policy": "allow", "streaming": True})
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "what is the answer?")
+    await wait_until(lambda: bool(emu.bot_events(room)) and emu.edits_of(emu.bot_events(room)[0]["event_id"]), 20,
+                     what="a streamed answer")
+    await quiet(bot, 1.0)
+    answer = emu.bot_events(room)[0]["event_id"]
+    assert emu.text_of(answer) == "the final answer is forty-two"
+    emu.say(room, ANN, "are you sure?", reply_to=answer, fallback=False)
+    await bot.answers(room, 2)
+    assert '[In reply to: "the final answer is forty-two"]' in llm.last_user_text()
+    assert answer not in emu.event_fetches  # the bot knew its own message's newest text
