@@ -340,7 +340,10 @@ class MatrixInbound:
                 return QuotedRef(message_id=event_id) if seen is None else QuotedRef(
                     message_id=event_id, author="bot" if seen.sender == self._me else "user")
             content = _mapping(event.get("content"))
-            seen = Seen(str(event.get("sender") or ""), strip_reply_fallback(_body(content)), "message",
+            # the homeserver hands the newest edit with the event it replaced (m.relations)
+            edit = _mapping(_mapping(_mapping(event.get("unsigned")).get("m.relations")).get("m.replace"))
+            newest = _mapping(_mapping(edit.get("content")).get("m.new_content")) or content
+            seen = Seen(str(event.get("sender") or ""), strip_reply_fallback(_body(newest)), "message",
                         tuple(_attachments(content)))
             self._seen.put(event_id, seen)
         return QuotedRef(

@@ -567,3 +567,22 @@ async def test_a_reply_to_a_streamed_answer_quotes_its_final_text(
     await bot.answers(room, 2)
     assert '[In reply to: "the final answer is forty-two"]' in llm.last_user_text()
     assert answer not in emu.event_fetches  # the bot knew its own message's newest text
+
+
+async def test_after_a_restart_a_quoted_edited_message_is_read_in_its_newest_form(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    room = emu.create_room(ANN)
+    first = emu.say(room, ANN, "meet at 10")
+    emu.post(room, ANN, "m.room.message", {
+        "msgtype": "m.text", "body": "* meet at 11",
+        "m.new_content": {"msgtype": "m.text", "body": "meet at 11"},
+        "m.relates_to": {"rel_type": "m.replace", "event_id": first["event_id"]},
+    })
+    for i in range(12):
+        emu.say(room, ANN, f"filler {i}")
+    await bot.start()
+    emu.say(room, ANN, "when again?", reply_to=first["event_id"], fallback=False)
+    await bot.answers(room, 1)
+    assert first["event_id"] in emu.event_fetches
+    assert '[In reply to: "meet at 11"]' in llm.last_user_text()

@@ -545,7 +545,11 @@ class MatrixEmulator:
         self.event_fetches.append(request.match_info["event"])
         if event is None or event["room_id"] != room.room_id:
             return self._error(404, "M_NOT_FOUND", "Event not found")
-        return web.json_response({k: v for k, v in event.items() if k != "redacted"})
+        served = {k: v for k, v in event.items() if k != "redacted"}
+        edits = self.edits_of(event["event_id"]) if event["type"] == "m.room.message" else []
+        if edits:  # the newest edit rides along, as homeservers aggregate it
+            served["unsigned"] = {**event["unsigned"], "m.relations": {"m.replace": edits[-1]}}
+        return web.json_response(served)
 
     async def _messages(self, request: web.Request) -> web.Response:
         """Paging back (`dir=b`) from `from` to `to` (both stream tokens), `limit` at a time."""
