@@ -586,3 +586,39 @@ async def test_after_a_restart_a_quoted_edited_message_is_read_in_its_newest_for
     await bot.answers(room, 1)
     assert first["event_id"] in emu.event_fetches
     assert '[In reply to: "meet at 11"]' in llm.last_user_text()
+
+
+async def test_editing_a_message_reruns_it_and_the_answer_is_edited_in_place(bot: Bot, emu: MatrixEmulator) -> None:
+    bot.llm.on_request = lambda body: f"you said: {body['messages'][-1]['content']}"
+    await bot.start()
+    room = emu.create_room(ANN)
+    said = emu.say(room, ANN, "my colour is red")
+    await bot.answers(room, 1)
+    emu.post(room, ANN, "m.room.message", {
+        "msgtype": "m.text", "body": "* my colour is blue",
+        "m.new_content": {"msgtype": "m.text", "body": "my colour is blue"},
+        "m.relates_to": {"rel_type": "m.replace", "event_id": said["event_id"]},
+    })
+    answer = emu.bot_events(room)[0]["event_id"]
+    await wait_until(lambda: "blue" in (emu.text_of(answer) or ""), 30, what="the answer edited in place")
+    await quiet(bot)
+    assert len(emu.bot_events(room)) == 1 and "my colour is blue" in (emu.text_of(answer) or "")
+
+
+async def test_a_slow_answer_shows_typing_and_a_removed_reaction_reaches_the_hooks(
+    bot: Bot, emu: MatrixEmulator, llm: OpenAIEmulator
+) -> None:
+    llm.delay = 1.6  # past typing's one-second delay
+    app = await bot.start()
+    removed: list[dict[str, Any]] = []
+    app.hooks.register("reaction_received", lambda event: removed.append(event.payload))
+    room = emu.create_room(ANN)
+    emu.say(room, ANN, "take your time")
+    await bot.answers(room, 1)
+    assert room in emu.typing
+    answer = emu.bot_events(room)[0]["event_id"]
+    reaction = emu.react(room, ANN, answer, "🎉")
+    await wait_until(lambda: removed, what="the reaction")
+    emu.redact(reaction["event_id"], by=ANN)
+    await wait_until(lambda: len(removed) >= 2, what="its removal")
+    assert [(p["kind"], p["emoji"]) for p in removed] == [("reaction_added", "🎉"), ("reaction_removed", "🎉")]

@@ -254,6 +254,16 @@ class MatrixEmulator:
             content["filename"] = filename
         return self.post(room_id, sender, "m.room.message", content)
 
+    def redact(self, event_id: str, *, by: str) -> dict[str, Any]:
+        """A person redacts an event (a message, or their reaction)."""
+        event = self.events[event_id]
+        event["redacted"] = True
+        event["content"] = {}
+        redaction = self.post(event["room_id"], by, "m.room.redaction", {"redacts": event_id})
+        redaction["redacts"] = event_id
+        event["unsigned"]["redacted_because"] = redaction
+        return redaction
+
     def post(self, room_id: str, sender: str, event_type: str, content: dict[str, Any]) -> dict[str, Any]:
         room = self.rooms[room_id]
         event = self._event_of(room_id, sender, event_type, content)
