@@ -117,7 +117,12 @@ class MatrixAdapter(Adapter):
 
     def _client(self) -> ClientAPI:
         base = self.config.api_base_url or self.config.homeserver or ""
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=API_TIMEOUT_S))
+        # No total limit (a sync waits on purpose); an answer that stops coming for longer than
+        # a long poll plus a margin is a connection gone quiet.
+        quiet = self.config.sync_timeout_seconds + API_TIMEOUT_S
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=API_TIMEOUT_S, sock_read=quiet)
+        )
         token = self.secret("access_token") if self._has("access_token") else ""
         return ClientAPI(
             str(self.config.user_id or ""),  # type: ignore[arg-type]

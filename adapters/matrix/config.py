@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 from botweave.config import PlatformConfig
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 
 
 class MatrixConfig(PlatformConfig):
@@ -28,6 +28,13 @@ class MatrixConfig(PlatformConfig):
     """On the very first start (no sync position stored yet), answer the messages the
     homeserver hands over from before the bot ran; by default they are skipped and only what
     arrives from then on is answered."""
+
+    @field_validator("user_id")
+    @classmethod
+    def _full_id(cls, value: Optional[str]) -> Optional[str]:
+        if value and not (value.startswith("@") and ":" in value[2:]):
+            raise ValueError(f"{value!r} is not a full Matrix user id; write it as @name:server (e.g. @assistant:example.org)")
+        return value
 
     def missing_credentials(self) -> list[str]:
         """The homeserver, the bot's id, and a token or a password."""

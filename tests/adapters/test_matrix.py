@@ -28,6 +28,7 @@ from botweave.adapters.matrix.adapter import MatrixAdapter
 from botweave.adapters.matrix.config import MatrixConfig
 from botweave.adapters.matrix.inbound import ENCRYPTED_NOTICE, strip_reply_fallback
 from botweave.adapters.matrix.outbound import keyed_txn_id, text_content
+from botweave.config import ConfigError
 from botweave.hooks import HookEvent
 from botweave.runtime.app import App
 from botweave.runtime.config import load_config
@@ -622,3 +623,12 @@ async def test_a_slow_answer_shows_typing_and_a_removed_reaction_reaches_the_hoo
     emu.redact(reaction["event_id"], by=ANN)
     await wait_until(lambda: len(removed) >= 2, what="its removal")
     assert [(p["kind"], p["emoji"]) for p in removed] == [("reaction_added", "🎉"), ("reaction_removed", "🎉")]
+
+
+def test_a_user_id_that_is_not_a_full_matrix_id_is_a_clear_configuration_error(tmp_path: Path) -> None:
+    path = tmp_path / "bot.yaml"
+    path.write_text("agents: {a: {model: offline/echo}}\nplatforms: {matrix: {homeserver: 'https://hs', user_id: assistant}}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    (problem,) = refused.value.problems
+    assert problem.startswith("platforms.matrix.user_id") and "@name:server" in problem
