@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 from botweave.adapter import Adapter, Check, PlatformRejected
-from botweave.tasks import TaskOwner, register_secret
+from botweave.tasks import TaskOwner, failure_line, register_secret
 from botweave.types import BotUser, PlatformCapabilities
 from mautrix.api import Method, Path
 from mautrix.client import ClientAPI
@@ -213,14 +213,19 @@ class MatrixAdapter(Adapter):
             if not isinstance(data, dict):
                 continue
             backlog = since is None and not self.config.answer_backlog_on_first_start
-            if not await inbound.read(data, since=since, backlog=backlog):
-                log.warning("matrix: the runtime did not take every event of a sync batch; reading it again")
+            token = data.get("next_batch")
+            try:
+                taken = await inbound.read(data, since=since, backlog=backlog)
+                if taken and isinstance(token, str) and token:
+                    await self._keep_position(token)
+                    since = token
+            except Exception as exc:  # noqa: BLE001 - the loop's one boundary: the batch is read again
+                log.warning("matrix: handling a sync batch failed (%s); reading it again", failure_line(exc))
                 await asyncio.sleep(SYNC_BACKOFF_S[0])
                 continue
-            token = data.get("next_batch")
-            if isinstance(token, str) and token:
-                await self._keep_position(token)
-                since = token
+            if not taken:
+                log.warning("matrix: not every event of a sync batch was taken; reading it again")
+                await asyncio.sleep(SYNC_BACKOFF_S[0])
 
     def _sync_died(self, exc: BaseException) -> None:
         self.failure = f"matrix: syncing stopped ({type(exc).__name__})"
