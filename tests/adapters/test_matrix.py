@@ -35,6 +35,7 @@ from botweave.runtime.config import load_config
 from botweave.runtime.doctor import doctor
 from botweave.runtime.scaffold import init
 from botweave.targets import Targets
+from botweave.types import BotMessage
 
 from tests.emulators.matrix import ANN, BOB, BOT, BOT_PASSWORD, BOT_TOKEN, MatrixEmulator
 from tests.emulators.openai import OpenAIEmulator, Reply
@@ -632,3 +633,32 @@ def test_a_user_id_that_is_not_a_full_matrix_id_is_a_clear_configuration_error(t
         load_config(path)
     (problem,) = refused.value.problems
     assert problem.startswith("platforms.matrix.user_id") and "@name:server" in problem
+
+
+async def test_a_failure_while_handling_a_batch_reads_it_again_and_the_sync_goes_on(emu: MatrixEmulator) -> None:
+    """The access rules fail once (a store outage, say) while an invitation is read: the
+    batch is read again, the invitation accepted, and syncing never stopped."""
+    answers = iter([RuntimeError("the store is away"), True])
+
+    async def admits(message: BotMessage) -> bool:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    received: list[Any] = []
+
+    async def sink(item: Any) -> None:
+        received.append(item)
+
+    adapter = MatrixAdapter(MatrixConfig(**emu.section()))
+    adapter.bind(sink, admits=admits)
+    await adapter.start()
+    try:
+        await wait_until(lambda: any(since is not None for since in emu.syncs), what="the first sync")
+        room = emu.create_room(ANN, members=())
+        emu.invite_bot(room, ANN)
+        await wait_until(lambda: emu.rooms[room].members.get(BOT) == "join", 10, what="the bot to join")
+        assert adapter.failure is None and await adapter.readiness() is None
+    finally:
+        await adapter.stop()
