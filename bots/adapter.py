@@ -67,6 +67,10 @@ InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 #: The runtime's reading of a press: the event as the runtime understands it (its action and
 #: value looked up) and what the presser is told.
 PressHandler = Callable[[PlatformEvent], Awaitable[tuple[PlatformEvent, PressAnswer]]]
+#: The runtime's access rules asked about a message a person would send (its sender and chat),
+#: before the bot goes somewhere on that person's word alone (a Matrix invitation): whether
+#: the bot would answer it.
+Admits = Callable[[BotMessage], Awaitable[bool]]
 #: A platform's way of acknowledging one press, with the answer for the presser.
 Acknowledge = Callable[[PressAnswer], Awaitable[None]]
 #: How long a press waits for the runtime's answer before it is acknowledged without one:
@@ -284,6 +288,9 @@ class Adapter(ABC):
         #: The runtime's store, shared by every process of a deployment: where a platform keeps
         #: what its API does not (how far a mailbox was read, a thread's subject).
         self.store: Store | None = None
+        #: The runtime's access rules (see `Admits`); None outside a runtime, where nobody is
+        #: let in on their word alone.
+        self.admits: Admits | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -329,6 +336,12 @@ class Adapter(ABC):
         """The chat that the `<platform>` target resolves to, if configured."""
         return getattr(self.config, "home_chat", None) or None
 
+    def split_target(self, place: str) -> tuple[str, str | None]:
+        """The `<chat>[:<thread>]` part of a target as (chat, thread). A platform whose chat ids
+        hold colons themselves (Matrix: `!room:example.org`) says where its chat id ends."""
+        chat, _, thread = place.partition(":")
+        return chat, thread or None
+
     def direct_user(self, chat_id: str) -> str | None:
         """The person whose direct chat `chat_id` is, where the platform's ids say so (None: a
         group or a channel, or ids that do not tell). A post to such a chat named by its id
@@ -344,6 +357,7 @@ class Adapter(ABC):
         *,
         events: ConversationEvents | None = None,
         store: Store | None = None,
+        admits: Admits | None = None,
     ) -> None:
         self._sink = sink
         self._presses = presses
@@ -351,6 +365,8 @@ class Adapter(ABC):
             self.events = events
         if store is not None:
             self.store = store
+        if admits is not None:
+            self.admits = admits
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer

@@ -34,7 +34,7 @@ def named_in(entries: Sequence[str], to: Destination) -> bool:
             if to.chat_id == to.adapter.home_chat():
                 return True
             continue
-        chat, _, thread = rest.partition(":")
+        chat, thread = to.adapter.split_target(rest)
         if chat == "*" or (chat == to.chat_id and (not thread or thread == to.thread_id)):
             return True
     return False

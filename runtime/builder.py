@@ -128,6 +128,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     notices = Notices(live)
     cli_config = _pairing_cli_config(config, kept, given=store is not None)
     access = AccessControl(kept, delivery, platforms.bot_config, cli_config=cli_config, events=events)
+    platforms.admits = lambda msg: access.admits(msg, platforms.bot_config(msg.platform))
     approvals = ApprovalDesk(
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,

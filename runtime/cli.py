@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("path", nargs="?", default="bot.yaml", help="where to write it (default: ./bot.yaml; never overwritten)")
     init.add_argument(
         "--platform", "-p", action="append", dest="platforms", metavar="NAME",
-        help="console, telegram, discord, slack or web (repeat for several; asked on a terminal when left out)",
+        help="console, telegram, discord, slack, web, email, whatsapp or matrix (repeat for several; asked on a terminal when left out)",
     )
     init.add_argument("--model", help="the agent's model as litellm names it, e.g. openai/gpt-4o-mini")
     room = sub.add_parser("room", help="list rooms or run a stand-up now", parents=common)

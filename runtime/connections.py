@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, cast
 
-from botweave.adapter import Adapter, PlatformRejected
+from botweave.adapter import Adapter, Admits, PlatformRejected
 from botweave.config import BotConfig, PlatformConfig
 from botweave.events import ConversationEvents
 from botweave.runtime.config import Config
@@ -45,6 +45,9 @@ class Platforms:
         self._config = config
         self._events = events  # handed to every adapter (the web platform shows its messages through them)
         self._store = store  # handed to every adapter, for what a platform keeps beside its API
+        #: The access rules, handed to every adapter once the runtime has them (Matrix asks
+        #: them before accepting an invitation).
+        self.admits: Admits | None = None
         self.adapters: dict[str, Adapter] = {}
         self.configs: dict[str, BotConfig] = {}
         #: Enabled platforms that never came up, with why (the CLI exits 1 for these).
@@ -54,12 +57,12 @@ class Platforms:
     def add(self, adapter: Adapter, receiver: Receiver) -> None:
         self.adapters[adapter.platform] = adapter
         self.configs[adapter.platform] = self._config.bot_config_for(adapter.platform)
-        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store)
+        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store, admits=self.admits)
 
     def create(self, name: str, section: PlatformConfig, receiver: Receiver) -> Adapter:
         """A fresh adapter of platform `name`, handing what it receives to `receiver`."""
         adapter = installed_platforms()[name].create(section)
-        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store)
+        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store, admits=self.admits)
         return adapter
 
     def bot_config(self, platform: str) -> BotConfig:

@@ -87,6 +87,15 @@ PLATFORMS: dict[str, str] = {
     # approved template; without one they fail with an error that says so.
     # template: {name: my_update, language: en_US}
 """,
+    "matrix": """\
+  # Matrix (pip install 'botweave[matrix]'): the bot's account on your homeserver and its
+  # access token (or password); invite the bot to a room or start a direct chat with it.
+  matrix:
+    homeserver: "${MATRIX_HOMESERVER:-}"       # https://matrix.example.org
+    user_id: "${MATRIX_USER_ID:-}"          # @assistant:example.org
+    access_token: "${MATRIX_ACCESS_TOKEN:-}"
+    device_id: botweave      # keep it fixed: the homeserver drops a repeated send per device
+""",
 }
 
 #: With the web platform: where the gateway serves the page (and its WebSocket protocol).

@@ -785,3 +785,7 @@ DRIVERS: dict[str, type[PlatformDriver]] = {
     driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver, EmailDriver,
                    WhatsAppDriver)
 }
+
+from tests.adapters.platform_matrix import MatrixDriver  # noqa: E402 - it builds on PlatformDriver above
+
+DRIVERS[MatrixDriver.name] = MatrixDriver

@@ -489,3 +489,7 @@ class Verbose:
         if not any(p.get("provider") == cls.provider for p in litellm.custom_provider_map):
             litellm.custom_provider_map.append({"provider": cls.provider, "custom_handler": VerboseEcho()})
         return f"{cls.provider}/echo"
+
+from tests.adapters.rooms_matrix import MatrixRoom  # noqa: E402 - it builds on RoomDriver above
+
+ROOM_DRIVERS[MatrixRoom.name] = MatrixRoom
