@@ -48,6 +48,7 @@ from botweave.config import PlatformConfig
 from botweave.events import ConversationEvents
 from botweave.metrics import OUTBOUND
 from botweave.replies import chunk_text, measure
+from botweave.store import Store
 from botweave.tasks import register_secret
 from botweave.types import (
     ActionStatus,
@@ -280,6 +281,9 @@ class Adapter(ABC):
         #: The conversation events of the runtime this adapter is bound to, when the gateway is
         #: configured (an `events_native` platform shows its messages through them).
         self.events: ConversationEvents | None = None
+        #: The runtime's store, for a platform that must keep something of its own across
+        #: restarts and workers (Teams' conversation references); None when not bound.
+        self.store: Store | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -334,12 +338,19 @@ class Adapter(ABC):
     # --- inbound -----------------------------------------------------------------------------
 
     def bind(
-        self, sink: InboundSink, presses: PressHandler | None = None, *, events: ConversationEvents | None = None
+        self,
+        sink: InboundSink,
+        presses: PressHandler | None = None,
+        *,
+        events: ConversationEvents | None = None,
+        store: Store | None = None,
     ) -> None:
         self._sink = sink
         self._presses = presses
         if events is not None:  # bound again by someone who taps the sink: the events stay
             self.events = events
+        if store is not None:
+            self.store = store
 
     async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool:
         """A button press: the runtime's answer for the presser (or none, if it takes longer

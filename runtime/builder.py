@@ -116,7 +116,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
     history = History(kept)
-    platforms = Platforms(config, events)
+    platforms = Platforms(config, events, kept)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
     buttons = ButtonBook(kept)
     preferences = PreferenceStore.from_config(kept, config.push)

@@ -16,6 +16,7 @@ from botweave.events import ConversationEvents
 from botweave.runtime.config import Config
 from botweave.runtime.durable import PlatformLeader
 from botweave.runtime.platforms import installed_platforms
+from botweave.store import Store
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,10 @@ class Platforms:
     `BotConfig`, the ones that never came up, and, with a shared stream, the leaders holding
     the receiving connections."""
 
-    def __init__(self, config: Config, events: ConversationEvents | None = None) -> None:
+    def __init__(self, config: Config, events: ConversationEvents | None = None, store: Store | None = None) -> None:
         self._config = config
         self._events = events  # handed to every adapter (the web platform shows its messages through them)
+        self._store = store  # handed to every adapter (Teams keeps its conversation references in it)
         self.adapters: dict[str, Adapter] = {}
         self.configs: dict[str, BotConfig] = {}
         #: Enabled platforms that never came up, with why (the CLI exits 1 for these).
@@ -52,12 +54,12 @@ class Platforms:
     def add(self, adapter: Adapter, receiver: Receiver) -> None:
         self.adapters[adapter.platform] = adapter
         self.configs[adapter.platform] = self._config.bot_config_for(adapter.platform)
-        adapter.bind(receiver.submit, receiver.answer_press, events=self._events)
+        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store)
 
     def create(self, name: str, section: PlatformConfig, receiver: Receiver) -> Adapter:
         """A fresh adapter of platform `name`, handing what it receives to `receiver`."""
         adapter = installed_platforms()[name].create(section)
-        adapter.bind(receiver.submit, receiver.answer_press, events=self._events)
+        adapter.bind(receiver.submit, receiver.answer_press, events=self._events, store=self._store)
         return adapter
 
     def bot_config(self, platform: str) -> BotConfig:
