@@ -219,7 +219,7 @@ class TeamsEmulator:
         }
         body.update(claims)
         body = {k: v for k, v in body.items() if v is not None}
-        header = {"kid": self.key_id, **(headers or {})}
+        header = {k: v for k, v in {"kid": self.key_id, **(headers or {})}.items() if v is not None}
         if algorithm == "none":
             return jwt.encode(body, None, algorithm="none", headers=header)
         return jwt.encode(body, key or self.key, algorithm=algorithm, headers=header)
