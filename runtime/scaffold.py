@@ -57,6 +57,15 @@ PLATFORMS: dict[str, str] = {
     app_token: "${SLACK_APP_TOKEN:-}"
     mode: socket             # or http (then set signing_secret and expose http_port)
 """,
+    "teams": """\
+  # Microsoft Teams (pip install 'botweave[teams]'): an Azure Bot's Microsoft App ID and a
+  # client secret of its app registration; its messaging endpoint is https://<host>/api/messages.
+  teams:
+    app_id: "${TEAMS_APP_ID:-}"
+    app_password: "${TEAMS_APP_PASSWORD:-}"
+    # tenant_id: "${TEAMS_TENANT_ID:-}"   # a single-tenant bot's tenant
+    listen: "0.0.0.0:3978"
+""",
 }
 
 OPS = """\

@@ -269,13 +269,10 @@ class TeamsOutbound(Outbound):
         if person.personal_chat:
             return person.personal_chat
         client = self._client(person.service_url)
-        parameters = ConversationParameters(
-            is_group=False,
-            agent=ChannelAccount(id=self._bot_id),
-            members=[ChannelAccount(id=user_id)],
-            tenant_id=person.tenant_id or None,
-            channel_data={"tenant": {"id": person.tenant_id}} if person.tenant_id else None,
-        )
+        wire: dict[str, Any] = {"isGroup": False, "bot": {"id": self._bot_id}, "members": [{"id": user_id}]}
+        if person.tenant_id:
+            wire.update(tenantId=person.tenant_id, channelData={"tenant": {"id": person.tenant_id}})
+        parameters = ConversationParameters.model_validate(wire)
         created = await client.conversations.create_conversation(parameters)
         if not created.id:
             raise ActionError("no_route", "Teams opened no personal chat")

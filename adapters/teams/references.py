@@ -77,7 +77,7 @@ class References:
     async def get(self, conversation_id: str) -> Reference | None:
         cached = self._conversations.get(conversation_id)
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         text = await self._store.get(CONVERSATION_KEY + conversation_id)
         ref = Reference.loads(text) if text else None
         if ref is not None:
@@ -87,7 +87,7 @@ class References:
     async def person(self, person_id: str) -> Person | None:
         cached = self._people.get(person_id)
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         text = await self._store.get(PERSON_KEY + person_id)
         if not text:
             return None
