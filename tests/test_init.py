@@ -55,7 +55,7 @@ def test_on_a_terminal_it_asks_for_what_was_not_given(tmp_path: Path) -> None:
 
     path = tmp_path / "bot.yaml"
     assert init(str(path), None, None, out=io.StringIO(), err=io.StringIO(), interactive=True, read=read) == 0
-    assert asked[0].startswith("Platforms (console, telegram, discord, slack)") and asked[1].startswith("Model")
+    assert asked[0].startswith("Platforms (console, telegram, discord, slack") and asked[1].startswith("Model")
     config = load_config(path, env=TOKENS)
     assert set(config.enabled_platforms()) == {"console", "telegram"}
     assert config.agents["assistant"].model == "offline/echo"
