@@ -329,6 +329,12 @@ class Adapter(ABC):
         """The chat that the `<platform>` target resolves to, if configured."""
         return getattr(self.config, "home_chat", None) or None
 
+    def split_target(self, place: str) -> tuple[str, str | None]:
+        """The `<chat>[:<thread>]` part of a target as (chat, thread). A platform whose chat
+        ids hold colons themselves (Teams: `19:…@thread.tacv2`) says where its thread begins."""
+        chat, _, thread = place.partition(":")
+        return chat, thread or None
+
     def direct_user(self, chat_id: str) -> str | None:
         """The person whose direct chat `chat_id` is, where the platform's ids say so (None: a
         group or a channel, or ids that do not tell). A post to such a chat named by its id

@@ -33,8 +33,8 @@ class Targets:
         if not rest:
             home = adapter.home_chat()
             return Destination(adapter, home) if home else None
-        chat, _, thread = rest.partition(":")
-        return Destination(adapter, chat, thread or None) if chat else None
+        chat, thread = adapter.split_target(rest)
+        return Destination(adapter, chat, thread) if chat else None
 
     def adapter(self, platform: str) -> Adapter | None:
         return self._adapters.get(platform)

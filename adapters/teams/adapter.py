@@ -21,6 +21,7 @@ connector client carry everything else.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 
 import aiohttp
@@ -33,7 +34,7 @@ from botweave.types import BotUser, PlatformCapabilities, QuotedRef
 from .auth import OpenIdKeys, RequestVerifier
 from .config import TeamsConfig
 from .endpoint import MessagingEndpoint
-from .inbound import Seen, TeamsInbound
+from .inbound import Seen, TeamsInbound, split_conversation
 from .outbound import TeamsOutbound
 from .references import References
 from .tokens import TokenRefused, TokenSource
@@ -41,6 +42,8 @@ from .tokens import TokenRefused, TokenSource
 log = logging.getLogger(__name__)
 
 HTTP_TIMEOUT_S = 30.0
+#: A channel thread written as a target: `<channel id>:<root message id>`.
+_CHANNEL_THREAD = re.compile(r"^(19:[^:;]+@thread\.[a-z0-9]+):(\d+)$")
 
 
 class TeamsAdapter(Adapter):
@@ -88,6 +91,16 @@ class TeamsAdapter(Adapter):
     def bot_id(self) -> str:
         """The bot's id in Teams conversations: `28:` and its app id."""
         return f"28:{self.config.app_id}"
+
+    def split_target(self, place: str) -> tuple[str, str | None]:
+        """Teams' conversation ids hold colons (`19:…@thread.tacv2`, `a:1…`), so a target's
+        thread is told by its shape: `<channel>;messageid=<root>` as Teams writes it, or
+        `<channel>:<root>` where the root is a message id (digits) after a channel's id."""
+        base, root = split_conversation(place)
+        if root is not None:
+            return base, root
+        match = _CHANNEL_THREAD.match(place)
+        return (match.group(1), match.group(2)) if match else (place, None)
 
     async def start(self, *, inbound: bool = True) -> None:
         """Get a token (which proves the app id and password); with `inbound`, also listen."""

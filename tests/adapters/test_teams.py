@@ -12,18 +12,22 @@ import copy
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import timezone
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from apscheduler.triggers.cron import CronTrigger
 from botweave import App
 from botweave.adapters.teams.adapter import TeamsAdapter
 from botweave.adapters.teams.config import TeamsConfig
+from botweave.cron import Job
 
 from tests import approvaldemo
 from tests.emulators.teams import (
     ALICE,
+    APP_ID,
     CHANNEL,
     GROUP_CHAT,
     PERSONAL,
@@ -378,3 +382,42 @@ async def test_a_wrong_password_fails_the_start_with_the_setting_to_fix(emulator
     assert "app_password" in str(failed.value) and "wrong" not in str(failed.value)
     assert await adapter.readiness() == "not started"
 
+
+
+async def test_a_schedule_posts_into_a_channel_teams_announced_before_a_restart(
+    emulator: TeamsEmulator, tmp_path: Path
+) -> None:
+    store = {"store": {"url": f"sqlite:///{tmp_path / 'state.db'}"}}
+    first = await start_bot(emulator, top=store)
+    try:
+        assert await first.deliver(emulator.installed(CHANNEL)) == 200
+    finally:
+        await first.app.stop()
+
+    schedule = {"cron": "0 8 * * *", "agent": "assistant", "prompt": "Post the digest.", "target": f"teams:{CHANNEL}"}
+    app = App.from_config({
+        "agents": {"assistant": {"model": "offline/echo"}},
+        "platforms": {"teams": emulator.config()},
+        "schedules": {"digest": schedule},
+        **store,
+    })
+    assert app.schedules is not None
+    app.schedules.jobs["digest"] = Job("digest", CronTrigger(second="*", timezone=timezone.utc), 300)
+    await app.start()
+    try:
+        await wait_until(lambda: emulator.bot_posts(CHANNEL), 45, "the scheduled post")
+        await app.schedules.stop()
+    finally:
+        await app.stop()
+    post = emulator.bot_posts(CHANNEL)[0]
+    assert text_shown(post) == ECHO + "[schedule digest] Post the digest."
+    assert post["conversation"]["id"] == f"{CHANNEL};messageid={post['id']}"  # a new channel post
+
+
+def test_targets_name_teams_conversations_and_threads_whose_ids_hold_colons() -> None:
+    adapter = TeamsAdapter(TeamsConfig(app_id=APP_ID))
+    assert adapter.split_target(CHANNEL) == (CHANNEL, None)
+    assert adapter.split_target(f"{CHANNEL}:1700000000123") == (CHANNEL, "1700000000123")
+    assert adapter.split_target(f"{CHANNEL};messageid=1700000000123") == (CHANNEL, "1700000000123")
+    assert adapter.split_target(PERSONAL) == (PERSONAL, None)
+    assert adapter.split_target(GROUP_CHAT) == (GROUP_CHAT, None)
