@@ -23,11 +23,13 @@ from botweave import App
 from botweave.adapters.teams.adapter import TeamsAdapter
 from botweave.adapters.teams.config import TeamsConfig
 from botweave.cron import Job
+from botweave.types import Button, PlatformEvent, PressAnswer
 
 from tests import approvaldemo
 from tests.emulators.teams import (
     ALICE,
     APP_ID,
+    BOB,
     CHANNEL,
     GROUP_CHAT,
     PERSONAL,
@@ -173,6 +175,7 @@ async def test_channel_posts_are_answered_only_when_the_bot_is_mentioned_and_in_
     # into the post's own thread, never the channel's top level; the bot's <at> mention is gone
     assert reply["conversation"]["id"] == f"{CHANNEL};messageid={post['id']}"
     assert text_shown(reply) == ECHO + "[Alice Archer] what is the plan?"
+    assert reply.get("replyToId") == post["id"]
     assert emulator.posts_in_thread(CHANNEL, post["id"]) == [reply]
 
 
@@ -183,7 +186,7 @@ async def test_a_mention_in_a_thread_is_answered_in_that_thread(bot: Bot, emulat
     assert await bot.deliver(reply_in_thread) == 200
     [answer] = await bot.posts(CHANNEL, 1)
     assert answer["conversation"]["id"] == f"{CHANNEL};messageid={root['id']}"
-    assert answer.get("replyToId") in (None, reply_in_thread["id"])
+    assert answer.get("replyToId") == reply_in_thread["id"]  # a reply to the message that asked
     # the thread is the bot's now: a follow-up there without a mention is addressed to it
     follow_up = emulator.message("and the risks?", conversation=CHANNEL, thread=root["id"])
     assert await bot.deliver(follow_up) == 200
@@ -421,3 +424,52 @@ def test_targets_name_teams_conversations_and_threads_whose_ids_hold_colons() ->
     assert adapter.split_target(f"{CHANNEL};messageid=1700000000123") == (CHANNEL, "1700000000123")
     assert adapter.split_target(PERSONAL) == (PERSONAL, None)
     assert adapter.split_target(GROUP_CHAT) == (GROUP_CHAT, None)
+
+
+
+async def test_a_press_on_a_card_in_a_channel_thread_is_read_and_a_refusal_is_posted_to_the_card(
+    emulator: TeamsEmulator,
+) -> None:
+    """The press as the adapter reads it (no runtime): who pressed which button on which card
+    in which thread; an answer the presser must not miss is a reply to the card, in its thread."""
+    received: list[Any] = []
+
+    async def sink(item: Any) -> None:
+        received.append(item)
+
+    async def presses(event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
+        if event.user_id == BOB["id"]:
+            return event, PressAnswer("This approval is not yours to answer.", alert=True)
+        return event, PressAnswer("Approved.")  # shown by the card's update, not posted
+
+    adapter = TeamsAdapter(TeamsConfig(**emulator.config()))
+    adapter.bind(sink, presses)
+    await adapter.start()
+    try:
+        url = f"http://127.0.0.1:{adapter.port}/api/messages"
+        root = emulator.message("deploy?", conversation=CHANNEL, mention_bot=True)
+        assert await emulator.deliver(root, url=url) == 200
+        buttons = [Button("Approve", "ap:1", style="primary"), Button("Deny", "dn:1", style="danger")]
+        sent = await adapter.send(CHANNEL, "Approval needed: deploy", thread_id=root["id"], buttons=buttons)
+        assert sent.ok and sent.message_id
+        card = copy.deepcopy(emulator.shown(CHANNEL, sent.message_id))
+        assert card is not None and card["conversation"]["id"] == f"{CHANNEL};messageid={root['id']}"
+
+        assert await emulator.deliver(emulator.press(card, "Approve", sender=BOB), url=url) == 200
+        assert await emulator.deliver(emulator.press(card, "Deny"), url=url) == 200
+        pressed = [i for i in received if isinstance(i, PlatformEvent)]
+        assert [(e.kind, e.user_id, e.action_id, e.message_id, e.thread_id) for e in pressed] == [
+            ("button_pressed", BOB["id"], "ap:1", sent.message_id, root["id"]),
+            ("button_pressed", ALICE["id"], "dn:1", sent.message_id, root["id"]),
+        ]
+        replies = [p for p in emulator.posts_in_thread(CHANNEL, root["id"])
+                   if p["from"]["id"] == adapter.bot_id and p["id"] != sent.message_id]
+        assert [(text_shown(p), p["replyToId"]) for p in replies] == [
+            ("This approval is not yours to answer.", sent.message_id)
+        ]
+        decided = await adapter.edit(CHANNEL, sent.message_id, "Approval needed: deploy\n\nDenied by Alice", buttons=())
+        assert decided.ok
+        shown = card_of(emulator.shown(CHANNEL, sent.message_id) or {})
+        assert shown is not None and "Denied by Alice" in card_text(shown) and "actions" not in shown
+    finally:
+        await adapter.stop()
