@@ -119,7 +119,7 @@ class TeamsAdapter(Adapter):
         self.self_user = BotUser(user_id=self.bot_id, username=self.config.app_id, display_name="", is_bot=True)
         references = References(self.store)
         self.inbound = TeamsInbound(self, references, self.seen, stats=self.inbound_stats)
-        self.outbound = TeamsOutbound(tokens, references, self.seen, bot_id=self.bot_id, posted=self._note_post)
+        self.outbound = TeamsOutbound(tokens, references, bot_id=self.bot_id, posted=self._note_post)
         self._receiving = inbound
         if inbound:
             await self._listen()

@@ -177,7 +177,7 @@ class TeamsInbound:
         _, root = split_conversation(conversation.id)
         thread_id = (root or activity.id) if channel_type == "channel" else None
         text, mentioned = self._text(activity)
-        attachments = _attachments(activity.attachments or [])
+        attachments = _attachments(activity.attachments or [], str(activity.service_url or ""))
         quoted = self._quote(activity, base, thread_id)
         in_thread = thread_id is not None and thread_id != activity.id
         reply_to_bot = bool(quoted is not None and quoted.author == "bot") or (
@@ -348,10 +348,11 @@ def _tenant(channel_data: Any) -> str:
     return ""
 
 
-def _attachments(attachments: list[Any]) -> list[dict[str, Any]]:
+def _attachments(attachments: list[Any], service_url: str) -> list[dict[str, Any]]:
     """Files people attached: `file.download.info` (a pre-authorised download URL, no token
-    sent) and inline images (on the Bot Connector's host, fetched with the bot's token).
-    Cards and the HTML rendering of the text are not files."""
+    sent) and inline images (on the Bot Connector's host, fetched with the bot's token: the
+    service URL they came with says which host that is). Cards and the HTML rendering of the
+    text are not files."""
     found: list[dict[str, Any]] = []
     for attachment in attachments:
         kind = str(attachment.content_type or "")
@@ -363,7 +364,7 @@ def _attachments(attachments: list[Any]) -> list[dict[str, Any]]:
         elif kind.startswith("image/") and isinstance(attachment.content_url, str) and attachment.content_url:
             if attachment.content_url.startswith("http"):
                 found.append({"url": attachment.content_url, "filename": name or "image", "mime": clean_mime(kind),
-                              "auth": "bot"})
+                              "auth": "bot", "service_url": service_url})
     return found
 
 

@@ -42,7 +42,7 @@ from microsoft_agents.activity import (
 )
 from microsoft_agents.hosting.core.connector.client.connector_client import ConnectorClient
 
-from .inbound import ACTION_KEY, CARD, Seen
+from .inbound import ACTION_KEY, CARD
 from .references import Reference, References
 from .tokens import TokenSource
 
@@ -87,6 +87,11 @@ def _retry_after(value: str | None) -> float:
         return 1.0
 
 
+def _same_host(url: str, service_url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return bool(host) and host == (urlsplit(service_url).hostname or "").lower()
+
+
 def render(text: str) -> str:
     """Markdown for Teams: it also reads HTML in a message, so `&`, `<` and `>` are sent as
     entity references and read as written."""
@@ -114,11 +119,10 @@ def card(text: str, buttons: Sequence[Button]) -> dict[str, Any]:
 
 class TeamsOutbound(Outbound):
     def __init__(
-        self, tokens: TokenSource, references: References, seen: Seen, *, bot_id: str, posted: PostedHook
+        self, tokens: TokenSource, references: References, *, bot_id: str, posted: PostedHook
     ) -> None:
         self._tokens = tokens
         self._references = references
-        self._seen = seen
         self._bot_id = bot_id
         self._posted = posted
         self._clients: dict[str, ConnectorClient] = {}
@@ -174,8 +178,8 @@ class TeamsOutbound(Outbound):
             sent = await client.conversations.send_to_conversation(conversation, activity)
         if not sent.id:
             raise ActionError("failed", "Teams accepted the post without giving it an id")
-        thread = thread_id if ref.kind != "channel" or thread_id else sent.id
-        self._posted(chat_id, sent.id, thread if ref.kind == "channel" else None, text)
+        # in a channel every post is in a thread: the one named, else the one it starts
+        self._posted(chat_id, sent.id, (thread_id or sent.id) if ref.kind == "channel" else None, text)
         return str(sent.id)
 
     # --- messages --------------------------------------------------------------------------
@@ -247,16 +251,11 @@ class TeamsOutbound(Outbound):
             raise ActionError("failed", "the attachment has no download URL")
         headers: dict[str, str] = {}
         if ref.get("auth") == "bot":
-            if not await self._on_connector_host(url):
+            if not _same_host(url, str(ref.get("service_url") or "")):
                 raise ActionError("failed", "the image is not on the Bot Connector's host; the bot token is not sent there")
             headers["Authorization"] = f"Bearer {await self._tokens.token()}"
         async for chunk in http_chunks(url, limit, headers=headers, follow_redirects=not headers, refuse_html=True):
             yield chunk
-
-    async def _on_connector_host(self, url: str) -> bool:
-        host = (urlsplit(url).hostname or "").lower()
-        known = {(urlsplit(s).hostname or "").lower() for s in self._clients}
-        return bool(host) and (host in known or host.endswith(".trafficmanager.net") or host.endswith(".botframework.com"))
 
     # --- people ----------------------------------------------------------------------------
 

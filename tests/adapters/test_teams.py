@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from apscheduler.triggers.cron import CronTrigger
 from botweave import App
+from botweave.adapter import FileUnavailable
 from botweave.adapters.teams.adapter import TeamsAdapter
 from botweave.adapters.teams.config import TeamsConfig
 from botweave.cron import Job
@@ -471,5 +472,32 @@ async def test_a_press_on_a_card_in_a_channel_thread_is_read_and_a_refusal_is_po
         assert decided.ok
         shown = card_of(emulator.shown(CHANNEL, sent.message_id) or {})
         assert shown is not None and "Denied by Alice" in card_text(shown) and "actions" not in shown
+    finally:
+        await adapter.stop()
+
+
+async def test_a_pasted_picture_is_fetched_with_the_bots_token_and_only_from_the_connector(
+    emulator: TeamsEmulator,
+) -> None:
+    received: list[Any] = []
+
+    async def sink(item: Any) -> None:
+        received.append(item)
+
+    adapter = TeamsAdapter(TeamsConfig(**emulator.config()))
+    adapter.bind(sink)
+    await adapter.start()
+    try:
+        url = f"http://127.0.0.1:{adapter.port}/api/messages"
+        picture = b"\x89PNG\r\n\x1a\n" + b"pixels" * 20
+        elsewhere = {"contentType": "image/png", "contentUrl": "https://attacker.example/v3/attachments/x/views/original"}
+        message = emulator.message("look", attachments=[emulator.inline_image(picture), elsewhere])
+        assert await emulator.deliver(message, url=url) == 200
+        await wait_until(lambda: received, 5, "the message")
+        ours, foreign = received[0].attachments
+        assert await adapter.download(ours, max_bytes=10_000) == picture
+        with pytest.raises(FileUnavailable) as refused:
+            await adapter.download(foreign, max_bytes=10_000)
+        assert "not sent there" in str(refused.value)
     finally:
         await adapter.stop()

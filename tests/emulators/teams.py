@@ -121,6 +121,7 @@ class TeamsEmulator:
         app.router.add_put("/amer/v3/conversations/{conversation}/activities/{activity}", self._update)
         app.router.add_delete("/amer/v3/conversations/{conversation}/activities/{activity}", self._delete)
         app.router.add_get("/files/{file}", self._download)
+        app.router.add_get("/amer/v3/attachments/{file}/views/original", self._attachment_view)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -491,6 +492,23 @@ class TeamsEmulator:
             self.conversations[conv.id] = conv
         self.calls.append(ConnectorCall("POST", "v3/conversations", body, 201))
         return web.json_response({"id": conv.id}, status=201)
+
+    def inline_image(self, data: bytes, mime: str = "image/png") -> dict[str, Any]:
+        """A picture pasted into a chat: an attachment whose `contentUrl` is on the Bot
+        Connector, readable only with the bot's token."""
+        file_id = uuid.uuid4().hex
+        self.files[file_id] = data
+        return {"contentType": mime, "contentUrl": f"{self.service_url}v3/attachments/{file_id}/views/original"}
+
+    async def _attachment_view(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or auth[7:] not in self.issued:
+            return web.json_response({"error": {"code": "Unauthorized", "message": "no token"}}, status=401)
+        file_id = request.match_info["file"]
+        if file_id not in self.files:
+            return web.Response(status=404)
+        self.file_fetches.append(file_id)
+        return web.Response(body=self.files[file_id], content_type="image/png")
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         file_id = request.match_info["file"]
