@@ -501,3 +501,40 @@ async def test_a_pasted_picture_is_fetched_with_the_bots_token_and_only_from_the
         assert "not sent there" in str(refused.value)
     finally:
         await adapter.stop()
+
+
+async def test_edits_deletions_reactions_and_arrivals_are_events_each_handed_on_once(emulator: TeamsEmulator) -> None:
+    received: list[Any] = []
+
+    async def sink(item: Any) -> None:
+        received.append(item)
+
+    adapter = TeamsAdapter(TeamsConfig(**emulator.config()))
+    adapter.bind(sink)
+    await adapter.start()
+    try:
+        url = f"http://127.0.0.1:{adapter.port}/api/messages"
+        original = emulator.message("teh plan")
+        joined = emulator.installed(GROUP_CHAT) | {"membersAdded": [{"id": BOB["id"]}, {"id": emulator.installed()["recipient"]["id"]}]}
+        for activity in (
+            original,
+            emulator.edited(original, "the plan"),
+            emulator.edited(original, "the plan"),  # the Bot Connector retried
+            emulator.edited(original, "the plan, v2"),
+            emulator.reacted(original["id"], "like"),
+            emulator.reacted(original["id"], "heart", removed=True),
+            emulator.deletion(original),
+            joined,
+        ):
+            assert await emulator.deliver(activity, url=url) == 200
+        events = [(e.kind, e.user_id, e.message_id, e.new_text, e.emoji) for e in received if isinstance(e, PlatformEvent)]
+        assert events == [
+            ("message_edited", ALICE["id"], original["id"], "the plan", None),
+            ("message_edited", ALICE["id"], original["id"], "the plan, v2", None),
+            ("reaction_added", ALICE["id"], original["id"], None, "👍"),
+            ("reaction_removed", ALICE["id"], original["id"], None, "❤️"),
+            ("message_deleted", ALICE["id"], original["id"], None, None),
+            ("member_joined", BOB["id"], None, None, None),  # the bot's own arrival is not an event
+        ]
+    finally:
+        await adapter.stop()

@@ -305,6 +305,31 @@ class TeamsEmulator:
             activity["channelData"]["eventType"] = "teamMemberAdded"
         return activity
 
+    def edited(self, original: dict[str, Any], text: str) -> dict[str, Any]:
+        """The `messageUpdate` Teams sends when a person edits a message (same id, new text)."""
+        activity = copy.deepcopy(original)
+        activity.update(type="messageUpdate", text=text)
+        activity["channelData"]["eventType"] = "editMessage"
+        return activity
+
+    def deletion(self, original: dict[str, Any]) -> dict[str, Any]:
+        """The `messageDelete` Teams sends when a person deletes a message."""
+        activity = copy.deepcopy(original)
+        activity.pop("text", None)
+        activity["type"] = "messageDelete"
+        activity["channelData"]["eventType"] = "softDeleteMessage"
+        return activity
+
+    def reacted(self, message_id: str, reaction: str, *, conversation: str = PERSONAL, removed: bool = False,
+                sender: dict[str, Any] = ALICE) -> dict[str, Any]:
+        """The `messageReaction` Teams sends for a reaction on a message (`replyToId`)."""
+        activity = self.message("", conversation=conversation, sender=sender)
+        self.activities[conversation].pop(activity["id"], None)
+        activity.pop("text", None)
+        activity.update(type="messageReaction", replyToId=message_id)
+        activity["reactionsRemoved" if removed else "reactionsAdded"] = [{"type": reaction}]
+        return activity
+
     def press(self, card: dict[str, Any], title: str, *, sender: dict[str, Any] = ALICE) -> dict[str, Any]:
         """A person presses the `Action.Submit` button titled `title` on a card the bot posted:
         Teams posts a message activity whose `value` is the button's `data`, replying to the card."""
