@@ -16,8 +16,7 @@ requests from the Bot Connector service to your bot"):
 Why not the SDK's `JwtTokenValidator`: it derives the JWKS address from the token's issuer
 (hard-coded Microsoft hosts), so it cannot be pointed at `openid_metadata_url`, and it checks
 neither the endorsements nor the `serviceurl` claim. The keys come from the metadata named in
-the configuration; an unknown `kid` refreshes them, at most once per `KEY_REFRESH_FLOOR_S`, so
-forged key ids cannot make the bot hammer the metadata host.
+the configuration; an unknown `kid` refreshes them, at most once per `KEY_REFRESH_FLOOR_S`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 LEEWAY_S = 300
 #: The keys are fetched again at least this often (Microsoft rotates them; it asks for a daily refresh).
 KEY_MAX_AGE_S = 24 * 3600.0
-#: An unknown key id refreshes the keys no more often than this.
-KEY_REFRESH_FLOOR_S = 300.0
+#: An unknown key id refreshes the keys no more often than this: a rotated key is taken up
+#: within a minute, and forged key ids cannot make the bot hammer the metadata host.
+KEY_REFRESH_FLOOR_S = 60.0
 METADATA_TIMEOUT_S = 10.0
 
 
@@ -75,9 +76,12 @@ class Verified:
 class OpenIdKeys:
     """The OpenID metadata and its JWKS document, fetched on first use and kept."""
 
-    def __init__(self, session: aiohttp.ClientSession, metadata_url: str) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, metadata_url: str, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._session = session
         self._metadata_url = metadata_url
+        self._clock = clock
         self._lock = asyncio.Lock()
         self._keys: dict[str, SigningKey] = {}
         self._issuer = ""
@@ -95,13 +99,13 @@ class OpenIdKeys:
     async def key(self, kid: str) -> SigningKey | None:
         await self._ensure()
         found = self._keys.get(kid)
-        if found is None and time.monotonic() - self._fetched > KEY_REFRESH_FLOOR_S:
+        if found is None and self._clock() - self._fetched > KEY_REFRESH_FLOOR_S:
             await self.refresh()
             found = self._keys.get(kid)
         return found
 
     async def _ensure(self) -> None:
-        if not self._keys or time.monotonic() - self._fetched > KEY_MAX_AGE_S:
+        if not self._keys or self._clock() - self._fetched > KEY_MAX_AGE_S:
             await self.refresh()
 
     async def refresh(self) -> None:
@@ -130,7 +134,7 @@ class OpenIdKeys:
             self._issuer, self._keys = issuer, keys
             if isinstance(algorithms, list) and algorithms:
                 self._algorithms = [str(a) for a in algorithms if str(a).upper() != "NONE"] or ["RS256"]
-            self._fetched = time.monotonic()
+            self._fetched = self._clock()
 
     async def _get_json(self, url: str) -> dict[str, Any]:
         async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=METADATA_TIMEOUT_S)) as response:

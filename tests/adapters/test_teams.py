@@ -22,6 +22,7 @@ from apscheduler.triggers.cron import CronTrigger
 from botweave import App
 from botweave.adapter import FileUnavailable
 from botweave.adapters.teams.adapter import TeamsAdapter
+from botweave.adapters.teams.auth import OpenIdKeys, RequestVerifier, Unauthorized
 from botweave.adapters.teams.config import TeamsConfig
 from botweave.cron import Job
 from botweave.types import Button, PlatformEvent, PressAnswer
@@ -538,3 +539,24 @@ async def test_edits_deletions_reactions_and_arrivals_are_events_each_handed_on_
         ]
     finally:
         await adapter.stop()
+
+
+async def test_a_rotated_signing_key_is_taken_up_and_forged_key_ids_do_not_hammer_the_metadata(
+    emulator: TeamsEmulator,
+) -> None:
+    now = [1000.0]
+    async with aiohttp.ClientSession() as session:
+        keys = OpenIdKeys(session, emulator.metadata_url, clock=lambda: now[0])
+        verifier = RequestVerifier(keys, APP_ID)
+        assert (await verifier.verify(f"Bearer {emulator.sign()}")).claims["aud"] == APP_ID
+        assert emulator.key_fetches == 1
+        stranger = rsa_key()
+        for n in range(5):  # forged key ids, one after the other
+            with pytest.raises(Unauthorized):
+                await verifier.verify(f"Bearer {emulator.sign(key=stranger, headers={'kid': f'forged-{n}'})}")
+        assert emulator.key_fetches == 1  # within a minute of the last fetch: not asked again
+
+        emulator.rotate_key("emulator-key-2")
+        now[0] += 61
+        assert (await verifier.verify(f"Bearer {emulator.sign()}")).claims["aud"] == APP_ID
+        assert emulator.key_fetches == 2

@@ -90,6 +90,7 @@ class TeamsEmulator:
         self.endorsements = ["msteams"]
         self.calls: list[ConnectorCall] = []
         self.token_requests: list[dict[str, str]] = []
+        self.key_fetches = 0
         self.issued: set[str] = set()
         #: What each conversation shows: base conversation id -> activity id -> the activity as stored.
         self.activities: dict[str, dict[str, dict[str, Any]]] = {}
@@ -177,6 +178,7 @@ class TeamsEmulator:
         )
 
     async def _keys(self, request: web.Request) -> web.Response:
+        self.key_fetches += 1
         jwk = RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
         jwk.update({"kid": self.key_id, "use": "sig", "endorsements": list(self.endorsements)})
         return web.json_response({"keys": [jwk]})
@@ -196,6 +198,10 @@ class TeamsEmulator:
         token = "emu-token-" + uuid.uuid4().hex
         self.issued.add(token)
         return web.json_response({"token_type": "Bearer", "expires_in": 3599, "ext_expires_in": 3599, "access_token": token})
+
+    def rotate_key(self, key_id: str) -> None:
+        """Microsoft rolls its signing key: a new key, listed under a new id, signs from now on."""
+        self.key, self.key_id = rsa_key(), key_id
 
     # --- inbound: signed activities to the bot -----------------------------------------------
 
