@@ -25,6 +25,7 @@ import asyncio
 import base64
 import html
 import logging
+import math
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -81,10 +82,12 @@ class BearerAndRetry:
 
 
 def _retry_after(value: str | None) -> float:
+    """Teams' `Retry-After` in seconds, within reason (a date or nonsense reads as one second)."""
     try:
-        return min(max(float(value or 1), 0.0), MAX_RETRY_AFTER_S)
+        seconds = float(value or 1)
     except ValueError:
         return 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if math.isfinite(seconds) else 1.0
 
 
 def _same_host(url: str, service_url: str) -> bool:
