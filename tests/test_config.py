@@ -28,7 +28,7 @@ def problems(data, env=None) -> list[str]:
         ({**AGENTS, "colour": "blue"}, "colour: unknown key; allowed keys: bot, agents, platforms, routes"),
         ({**AGENTS, "platforms": {"telegram": {"tokn": "x"}}}, "platforms.telegram.tokn: unknown key (did you mean 'token'?); allowed keys:"),
         ({**AGENTS, "bot": {"streming": True}}, "bot.streming: unknown key (did you mean 'streaming'?); allowed keys:"),
-        ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, telegram"),
+        ({**AGENTS, "platforms": {"irc": {}}}, "platforms.irc: unknown key; allowed keys: console, discord, slack, teams, telegram"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": "soon"}}, "bot.stream_edit_interval_ms: must be a whole number (got 'soon')"),
         ({**AGENTS, "bot": {"stream_edit_interval_ms": -5}}, "bot.stream_edit_interval_ms: must be at least 0 (got -5)"),
         ({**AGENTS, "bot": {"streaming": "sometimes"}}, "bot.streaming: must be true or false (got 'sometimes')"),
