@@ -5,7 +5,7 @@ and two `botweave run --role worker` processes, sends 600 messages over 60 chats
 quarter are answered, kills a worker (or pauses Redis with CLIENT PAUSE). Where the kill lands
 differs every time, so one run proves little: this prints every run and the spread.
 
-    python3 bench/crash.py [--runs N] [--platforms telegram,discord,slack,whatsapp] [--faults kill,pause]
+    python3 bench/crash.py [--runs N] [--platforms telegram,discord,slack,whatsapp,teams] [--faults kill,pause]
 
 Per run: lost (never answered), duplicated (answered twice), in flight (sends the killed worker
 had announced and not confirmed: the most Telegram and WhatsApp may show twice), takeover (longest wait of
@@ -46,7 +46,7 @@ async def main(runs: int, platforms: list[str], faults: list[str], keep: bool) -
                     results.append(result)
                     print(f"run {n:2}  {result.line()}", flush=True)
                     duplicates = sum(k - 1 for k in result.duplicated.values())
-                    no_key = platform in ("telegram", "whatsapp")  # at least once: a send in flight may repeat
+                    no_key = platform in ("telegram", "whatsapp", "teams")  # at least once: a send in flight may repeat
                     allowed = result.in_flight if no_key and fault == "kill" else 0
                     if result.lost or duplicates > allowed or result.history_problems or result.model_problems:
                         failures += 1
@@ -65,7 +65,7 @@ async def main(runs: int, platforms: list[str], faults: list[str], keep: bool) -
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--platforms", default="telegram,discord,slack,whatsapp")
+    parser.add_argument("--platforms", default="telegram,discord,slack,whatsapp,teams")
     parser.add_argument("--faults", default="kill,pause")
     parser.add_argument("--keep-logs", action="store_true", help="keep every run's process logs")
     args = parser.parse_args()

@@ -338,7 +338,8 @@ class Adapter(ABC):
 
     def split_target(self, place: str) -> tuple[str, str | None]:
         """The `<chat>[:<thread>]` part of a target as (chat, thread). A platform whose chat ids
-        hold colons themselves (Matrix: `!room:example.org`) says where its chat id ends."""
+        hold colons themselves (Matrix: `!room:example.org`, Teams: `19:…@thread.tacv2`) says where its chat id
+        ends."""
         chat, _, thread = place.partition(":")
         return chat, thread or None
 

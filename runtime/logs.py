@@ -24,7 +24,9 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Never below WARNING: their INFO lines carry request URLs, and Telegram's carry the token.
 SECRET_BEARING = ("httpx", "httpcore")
 #: Chatty at INFO about their own internals; heard at DEBUG (-vv).
-NOISY = ("LiteLLM", "litellm", "discord", "telegram", "slack_bolt", "slack_sdk", "aiohttp.access", "apscheduler")
+NOISY = (
+    "LiteLLM", "litellm", "discord", "telegram", "slack_bolt", "slack_sdk", "microsoft_agents", "aiohttp.access", "apscheduler",
+)
 
 #: What every LogRecord has; anything else on a record came from `extra=` and is a field.
 _RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}

@@ -96,6 +96,15 @@ PLATFORMS: dict[str, str] = {
     access_token: "${MATRIX_ACCESS_TOKEN:-}"
     device_id: botweave      # keep it fixed: the homeserver drops a repeated send per device
 """,
+    "teams": """\
+  # Microsoft Teams (pip install 'botweave[teams]'): an Azure Bot's Microsoft App ID and a
+  # client secret of its app registration; its messaging endpoint is https://<host>/api/messages.
+  teams:
+    app_id: "${TEAMS_APP_ID:-}"
+    app_password: "${TEAMS_APP_PASSWORD:-}"
+    # tenant_id: "${TEAMS_TENANT_ID:-}"   # a single-tenant bot's tenant
+    listen: "0.0.0.0:3978"
+""",
 }
 
 #: With the web platform: where the gateway serves the page (and its WebSocket protocol).

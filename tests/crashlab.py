@@ -45,6 +45,7 @@ from tests.emulators import discord as discord_emu
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.slack import SlackEmulator, event_callback, slack_section
+from tests.emulators.teams import Conversation, TeamsEmulator
 from tests.emulators.telegram import TelegramEmulator
 from tests.emulators.whatsapp import VERIFY_TOKEN, Person, WhatsAppEmulator
 
@@ -276,8 +277,80 @@ class WhatsAppSide(Side):
         return [s.text for s in self.emulator.sent if s.type == "text"]
 
 
+class SlowTeams(TeamsEmulator):
+    def __init__(self, send_delay: float) -> None:
+        super().__init__()
+        self.send_delay = send_delay
+        self.unanswered = 0
+
+    async def _post(self, request: web.Request, *, reply_to: str | None) -> web.Response:
+        response = await super()._post(request, reply_to=reply_to)
+        if response.status == 201:
+            await asyncio.sleep(self.send_delay)
+            if _gone(request):
+                self.unanswered += 1
+        return response
+
+
+class TeamsSide(Side):
+    """Personal chats, each with a person of its own; the ingress's messaging endpoint gets
+    each message as a signed activity (its 200 means the ingress recorded it)."""
+
+    name = "teams"
+
+    async def start(self, send_delay: float) -> None:
+        self.emulator = await SlowTeams(send_delay).start()
+        self._people: list[dict[str, Any]] = []
+        self._port = _free_port()
+
+    def section(self) -> dict[str, Any]:
+        return self.emulator.config(self._port)
+
+    def open_chats(self, count: int) -> None:
+        for i in range(count):
+            person = {"id": f"29:1person-{i:04d}", "name": f"Person{i}"}
+            self.emulator.conversations[f"a:1chat-{i:04d}"] = Conversation(f"a:1chat-{i:04d}", "personal", [person])
+            self._people.append(person)
+
+    async def connected(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self._port)
+                writer.close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the ingress never listened") from None
+                await asyncio.sleep(0.1)
+
+    async def say(self, chat: int, text: str) -> None:
+        emu = self.emulator
+        activity = emu.message(text, conversation=f"a:1chat-{chat:04d}", sender=self._people[chat])
+        for _ in range(120):  # the Bot Connector retries what was not answered 200
+            try:
+                if await emu.deliver(activity, url=f"http://127.0.0.1:{self._port}/api/messages") == 200:
+                    return
+            except OSError:
+                pass
+            await asyncio.sleep(0.5)
+        raise TimeoutError(f"the ingress never took {text}")
+
+    def answers(self) -> list[str]:
+        return [str(a.get("text") or "") for c in range(len(self._people))
+                for a in self.emulator.bot_posts(f"a:1chat-{c:04d}")]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 SIDES: dict[str, type[Side]] = {
-    "telegram": TelegramSide, "discord": DiscordSide, "slack": SlackSide, "whatsapp": WhatsAppSide,
+    "telegram": TelegramSide, "discord": DiscordSide, "slack": SlackSide, "whatsapp": WhatsAppSide, "teams": TeamsSide,
 }
 
 

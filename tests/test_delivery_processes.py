@@ -28,14 +28,14 @@ def report(result: crashlab.Result) -> str:
     return f"{result.line()}\n--- process logs ---\n{result.logs[-8000:]}"
 
 
-@pytest.mark.parametrize("platform", ["telegram", "discord", "slack", "whatsapp"])
+@pytest.mark.parametrize("platform", ["telegram", "discord", "slack", "whatsapp", "teams"])
 async def test_a_worker_killed_under_load_loses_no_reply_and_is_taken_over_within_15s(
     platform: str, redis_url: str, tmp_path: Path
 ) -> None:
     result = await crashlab.run(platform, "kill", redis_url, tmp_path)
     duplicates = sum(n - 1 for n in result.duplicated.values())
     assert not result.lost, report(result)
-    if platform in ("telegram", "whatsapp"):  # no idempotency key: only a send in flight at the kill may show twice
+    if platform in ("telegram", "whatsapp", "teams"):  # no idempotency key: only a send in flight at the kill may show twice
         assert duplicates <= result.in_flight, report(result)
     else:
         assert duplicates == 0, report(result)

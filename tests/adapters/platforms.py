@@ -34,6 +34,8 @@ from botweave.adapters.email.config import EmailConfig
 from botweave.adapters.slack.adapter import SlackAdapter
 from botweave.adapters.slack.config import SlackConfig
 from botweave.adapters.slack.format import reaction_to_emoji, unescape
+from botweave.adapters.teams.adapter import TeamsAdapter
+from botweave.adapters.teams.config import TeamsConfig
 from botweave.adapters.telegram.adapter import TelegramAdapter
 from botweave.adapters.whatsapp.adapter import WhatsAppAdapter
 from botweave.adapters.whatsapp.config import WhatsAppConfig
@@ -46,9 +48,11 @@ from botweave.types import BotMessage, PlatformEvent
 
 from tests.emulators import discord as discord_emulator
 from tests.emulators import slack as slack_emulator
+from tests.emulators import teams as teams_emulator
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.mail import MailEmulator, text_of
 from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
+from tests.emulators.teams import TeamsEmulator, card_of, card_text, text_shown
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 from tests.emulators.whatsapp import ANN, BOT_NAME, WhatsAppEmulator
 
@@ -429,6 +433,100 @@ class SlackDriver(PlatformDriver):
         return self.received[before:]
 
 
+class TeamsDriver(PlatformDriver):
+    """Teams through the Bot Connector emulator: `chat` is Alice's personal chat with the bot,
+    which Teams announced (its `conversationUpdate`) when she installed the app."""
+
+    name = "teams"
+    drops_own_posts = True  # Teams never sends a bot its own posts; one that came is dropped
+    unknown_id = "1700000000000"
+
+    async def start(self) -> None:
+        self.emu = await TeamsEmulator().start()
+        self.chat, self.person = teams_emulator.PERSONAL, teams_emulator.ALICE["id"]
+        await super().start()
+        assert await self.deliver(self.emu.installed(self.chat)) == 200
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.emu.stop()
+
+    def make_adapter(self) -> Adapter:
+        return TeamsAdapter(TeamsConfig(**self.emu.config()))
+
+    @property
+    def endpoint(self) -> str:
+        assert isinstance(self.adapter, TeamsAdapter) and self.adapter.port
+        return f"http://127.0.0.1:{self.adapter.port}/api/messages"
+
+    async def deliver(self, activity: dict[str, Any], **kwargs: Any) -> int:
+        return await self.emu.deliver(activity, url=self.endpoint, **kwargs)
+
+    def _shown(self, message_id: str) -> str | None:
+        activity = self.emu.shown(self.chat, message_id)
+        if activity is None:
+            return None
+        card = card_of(activity)
+        return card_text(card) if card is not None else text_shown(activity)
+
+    def text_of(self, message_id: str) -> str | None:
+        return self._shown(message_id)
+
+    def reactions_on(self, message_id: str) -> list[str]:
+        return []  # a bot cannot react on Teams
+
+    def said(self, message_id: str) -> tuple[str, str]:
+        text = self._shown(message_id)
+        assert text is not None
+        return _named(text, r"\*\*(.+?):\*\* (.*)") or (teams_emulator.BOT_NAME, text)
+
+    def direct_messages(self, user_id: str) -> list[str]:
+        chats = [c.id for c in self.emu.conversations.values() if c.kind == "personal" and c.members[0]["id"] == user_id]
+        return [text_shown(a) for chat in chats for a in self.emu.bot_posts(chat)]
+
+    def sent_so_far(self) -> object:
+        return [(c.method, c.path) for c in self.emu.calls]
+
+    async def person_says(self, text: str) -> BotMessage:
+        before = len(self.received)
+        assert await self.deliver(self.emu.message(text, conversation=self.chat)) == 200
+        return await self._next_message(before)
+
+    async def own_post_comes_back(self, text: str) -> list[Item]:
+        own = self.emu.message(text, conversation=self.chat, sender={"id": teams_emulator.BOT_ID, "name": "weaver"})
+        assert await self.deliver(own) == 200
+        await self.person_says("a barrier: everything delivered before it has been read")
+        return [i for i in self.received if isinstance(i, BotMessage) and i.message_id == own["id"]]
+
+    def files_posted(self) -> list[PostedFile]:
+        posted = []
+        for activity in self.emu.bot_posts(self.chat):
+            for attachment in activity.get("attachments") or []:
+                url = str(attachment.get("contentUrl") or "")
+                if url.startswith("data:"):
+                    data = base64.b64decode(url.split(",", 1)[1])
+                    posted.append(PostedFile("attachment", attachment["name"], data, text_shown(activity), activity["id"]))
+        return posted
+
+    async def person_sends_file(
+        self, data: bytes, filename: str, mime: str, *, declared_size: int | None = None, caption: str = ""
+    ) -> BotMessage:
+        before = len(self.received)
+        attachment = self.emu.file(data, filename, declared_size=declared_size)
+        assert await self.deliver(self.emu.message(caption, conversation=self.chat, attachments=[attachment])) == 200
+        return await self._next_message(before)
+
+    def file_fetches(self) -> int:
+        return len(self.emu.file_fetches)
+
+    async def person_replies(self, text: str, to: BotMessage) -> BotMessage:
+        before = len(self.received)
+        quote = {"type": "quotedReply", "quotedReply": {"messageId": to.message_id, "senderId": to.sender.user_id,
+                                                         "senderName": to.sender.display_name, "preview": to.text[:100]}}
+        assert await self.deliver(self.emu.message(text, conversation=self.chat, entities=[quote])) == 200
+        return await self._next_message(before)
+
+
 class ConsoleDriver(PlatformDriver):
     name = "console"
     drops_own_posts = True
@@ -783,7 +881,7 @@ class WhatsAppDriver(PlatformDriver):
 
 DRIVERS: dict[str, type[PlatformDriver]] = {
     driver.name: driver for driver in (TelegramDriver, DiscordDriver, SlackDriver, ConsoleDriver, WebDriver, EmailDriver,
-                   WhatsAppDriver)
+                   WhatsAppDriver, TeamsDriver)
 }
 
 from tests.adapters.platform_matrix import MatrixDriver  # noqa: E402 - it builds on PlatformDriver above

@@ -18,14 +18,17 @@ from typing import Any, ClassVar
 
 from botweave import App
 from botweave.adapter import Adapter
+from botweave.adapters.teams.adapter import TeamsAdapter
 from botweave.replies import measure
 from botweave.types import BotMessage, PlatformEvent
 
 from tests.adapters.platforms import speaker_of_telegram_post
 from tests.emulators import discord as discord_emulator
 from tests.emulators import slack as slack_emulator
+from tests.emulators import teams as teams_emulator
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.slack import EventDelivery, IdentitySlackEmulator, event_callback, slack_section
+from tests.emulators.teams import TeamsEmulator, text_shown
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 from tests.emulators.whatsapp import ANN, WhatsAppEmulator
 
@@ -460,8 +463,68 @@ class WhatsAppRoom(RoomDriver):
         """Nothing comes back: the Cloud API does not echo a business's messages."""
 
 
+class TeamsRoom(RoomDriver):
+    """A group chat; a bot posts only as itself on Teams, so each turn starts with the agent's
+    name in bold. Teams never shows a bot its own posts; if they came back, the adapter drops
+    them."""
+
+    name = "teams"
+
+    async def start_emulator(self) -> None:
+        self.emu = await TeamsEmulator().start()
+        self.chat = teams_emulator.GROUP_CHAT
+
+    async def stop_emulator(self) -> None:
+        await self.emu.stop()
+
+    def section(self) -> dict[str, Any]:
+        return self.emu.config()
+
+    async def _ready(self) -> None:
+        """The app added to the group chat: Teams tells the bot where the chat is."""
+        assert isinstance(self.adapter, TeamsAdapter) and self.adapter.port
+        self.url = f"http://127.0.0.1:{self.adapter.port}/api/messages"
+        assert await self.emu.deliver(self.emu.installed(self.chat), url=self.url) == 200
+
+    async def _deliver(self, text: str, **where: Any) -> str:
+        activity = self.emu.message(text, conversation=self.chat, **where)
+        assert await self.emu.deliver(activity, url=self.url) == 200
+        return str(activity["id"])
+
+    def posts(self, chat: str | None = None) -> list[Post]:
+        posts = []
+        for activity in self.emu.bot_posts(chat or self.chat):
+            text = text_shown(activity)
+            named = re.match(r"\*\*(.+?):\*\* (.*)", text, re.DOTALL)
+            speaker, words = (named.group(1), named.group(2)) if named else (teams_emulator.BOT_NAME, text)
+            posts.append(Post(speaker, words, text, bool(activity.get("replyToId")), activity))
+        return posts
+
+    def post_id(self, post: Post) -> str:
+        return str(post.raw["id"])
+
+    def _post_requests(self) -> list[Any]:
+        return [c for c in self.emu.connector("POST") if self.chat in c.path and c.body.get("type") == "message"]
+
+    def post_calls(self) -> int:
+        return len(self._post_requests())
+
+    def refused_posts(self) -> list[Any]:
+        return [c for c in self._post_requests() if c.status != 201]
+
+    async def _settle(self) -> None:
+        """Every delivery is answered once the adapter handed it on: nothing is left in flight."""
+
+    async def echo_own_posts(self) -> None:
+        for post in self.posts():
+            own = self.emu.message(post.text, conversation=self.chat, activity_id=self.emu.new_id(),
+                                   sender={"id": teams_emulator.BOT_ID, "name": teams_emulator.BOT_NAME})
+            own["id"] = post.raw["id"]
+            assert await self.emu.deliver(own, url=self.url) == 200
+
+
 ROOM_DRIVERS: dict[str, type[RoomDriver]] = {
-    driver.name: driver for driver in (TelegramRoom, DiscordRoom, SlackRoom, WhatsAppRoom)
+    driver.name: driver for driver in (TelegramRoom, DiscordRoom, SlackRoom, WhatsAppRoom, TeamsRoom)
 }
 
 

@@ -188,7 +188,9 @@ async def test_deleting_a_queued_message_cancels_its_turn(chat: TurnDriver) -> N
     if not chat.deletes:
         pytest.skip(f"{chat.name} does not report deletions")
     await chat.start()
-    chat.llm.queue_text(slow_answer(), chunk_delay=0.03)
+    # 2.4 s of streaming: longer than any platform's edit floor (Teams: 1.5 s), so the answer
+    # still runs when it first shows a few words
+    chat.llm.queue_text(slow_answer(), chunk_delay=0.06)
     await chat.say("first")
     await chat.streaming()
     queued = await chat.say("second")

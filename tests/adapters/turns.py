@@ -20,9 +20,11 @@ from botweave import App
 from botweave.types import BotMessage, PlatformEvent
 
 from tests.emulators import discord as discord_emulator
+from tests.emulators import teams as teams_emulator
 from tests.emulators.discord import DiscordEmulator
 from tests.emulators.openai import OpenAIEmulator
 from tests.emulators.slack import EventDelivery, SlackEmulator, event_callback, slack_section
+from tests.emulators.teams import TeamsEmulator, text_shown
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
 
 TIMEOUT_S = 20.0
@@ -344,4 +346,55 @@ def _iso(unix: float) -> str:
     return datetime.fromtimestamp(unix, timezone.utc).isoformat()
 
 
-TURN_DRIVERS: dict[str, type[TurnDriver]] = {d.name: d for d in (TelegramTurns, DiscordTurns, SlackTurns)}
+class TeamsTurns(TurnDriver):
+    """Alice's personal chat, and a group chat with Alice and Bob; each message a signed
+    activity to the receiving app's messaging endpoint."""
+
+    name = "teams"
+
+    async def start_emulator(self) -> None:
+        self.emu = await TeamsEmulator().start()
+        self.people = {"alice": teams_emulator.ALICE, "bob": teams_emulator.BOB}
+        self.sent: dict[str, dict[str, Any]] = {}
+
+    async def stop_emulator(self) -> None:
+        await self.emu.stop()
+
+    def section(self) -> dict[str, Any]:
+        return self.emu.config()
+
+    async def _ready(self, app: App) -> None:
+        receiver = app.receiving(self.name)
+        assert receiver is not None
+        self.url = f"http://127.0.0.1:{receiver.port}/api/messages"  # type: ignore[attr-defined]
+
+    def _chat(self, group: bool) -> str:
+        return teams_emulator.GROUP_CHAT if group else teams_emulator.PERSONAL
+
+    async def _deliver(self, activity: dict[str, Any]) -> None:
+        assert await self.emu.deliver(activity, url=self.url) == 200
+
+    async def _say(self, text: str, *, group: bool, who: str, age: float) -> str:
+        activity = self.emu.message(text, conversation=self._chat(group), sender=self.people[who])
+        if age:  # a message Teams hands over late: its timestamp says when it was posted
+            activity["timestamp"] = _iso(time.time() - age)
+        self.sent[activity["id"]] = activity
+        await self._deliver(activity)
+        return str(activity["id"])
+
+    async def edit(self, message_id: str, text: str, *, group: bool = False) -> None:
+        await self._deliver(self.emu.edited(self.sent[message_id], text))
+        await self.event_seen("message_edited", message_id)
+
+    async def delete(self, message_id: str, *, group: bool = False) -> None:
+        await self._deliver(self.emu.deletion(self.sent[message_id]))
+        await self.event_seen("message_deleted", message_id)
+
+    def bot_posts(self, *, group: bool = False) -> list[tuple[str, str]]:
+        return [(str(a["id"]), text_shown(a)) for a in self.emu.bot_posts(self._chat(group))]
+
+    def sends(self) -> int:
+        return len([c for c in self.emu.connector("POST") if c.body.get("type") == "message" and c.status == 201])
+
+
+TURN_DRIVERS: dict[str, type[TurnDriver]] = {d.name: d for d in (TelegramTurns, DiscordTurns, SlackTurns, TeamsTurns)}
