@@ -53,6 +53,8 @@ class NotificationCategory(str, Enum):
     HUMAN_MENTIONED = "human_mentioned"
     SCHEDULED_TASK_FAILED = "scheduled_task_failed"
     BACKGROUND_TASK_FAILED = "background_task_failed"
+    MODEL_FAILED = "model_failed"
+    BUDGET = "budget"
 
     @classmethod
     def parse(cls, value: NotificationCategory | str) -> NotificationCategory:
@@ -131,7 +133,13 @@ class NotificationPreference:
 
     categories: frozenset[Category] = field(
         default_factory=lambda: frozenset(
-            {NotificationCategory.APPROVAL_REQUESTED, NotificationCategory.AGENT_QUESTION}
+            {
+                NotificationCategory.APPROVAL_REQUESTED,
+                NotificationCategory.AGENT_QUESTION,
+                # only owners get these: a model refusing its key, a budget spent
+                NotificationCategory.MODEL_FAILED,
+                NotificationCategory.BUDGET,
+            }
         )
     )
     quiet_start: _WallClock = None

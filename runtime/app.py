@@ -53,6 +53,8 @@ class App(LiveParts):
         self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
         self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
         self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
+        #: Fallbacks, cool-downs, budgets and usage around every model call.
+        self.models = parts.guard
         self.ops: OpsServer | None = None
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
         self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
@@ -147,6 +149,7 @@ class App(LiveParts):
             await self.model_processes.close()
         if self.model_clients is not None:
             await self.model_clients.close()
+        await self.models.close()
         await self.store.close()
         if self.ops is not None:
             await self.ops.stop()

@@ -28,6 +28,7 @@ from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.model_calls import ModelCalls
 from botweave.model_clients import ModelClients
+from botweave.model_guard import GuardSettings, ModelGuard
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.approvals import ApprovalDesk
@@ -78,6 +79,8 @@ class Lasting:
     model_processes: ModelProcesses | None
     model_clients: ModelClients | None
     calls: ModelCalls
+    #: Fallbacks, cool-downs and budgets around every model call.
+    guard: ModelGuard
     history: History
     platforms: Platforms
     delivery: Delivery
@@ -130,6 +133,15 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     # several workers share one budget through the store
     admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
     control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
+
+    async def alert(category: str, platform: str | None, text: str) -> None:
+        names = [platform] if platform else list(platforms.adapters)
+        owners = [f"{name}:{owner}" for name in names if (owner := await access.owner_of(name))]
+        if owners:
+            await notices.owner_alert(category, owners, text)
+
+    # cool-downs are read from the store before each call where other workers share it
+    guard = ModelGuard(kept, shared=isinstance(backend(kept), RedisStore), alert=alert)
     BuiltinCommands(commands, live, history, life.uptime).register()
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
@@ -141,7 +153,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
-        calls=made,
+        calls=made, guard=guard,
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
@@ -154,7 +166,12 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     and schedules begin when the generation goes live (`App.start`, or a reload)."""
     kept, ttl = lasting.store, config.store.dedup_ttl_seconds
     notices, platforms, delivery, targets = lasting.notices, lasting.platforms, lasting.delivery, lasting.targets
-    agents = {name: Agent(name, section, calls=lasting.calls) for name, section in config.agents.items()}
+    lasting.guard.configure(
+        GuardSettings(config.models.max_cooldown_seconds, config.models.max_wait_seconds), config.budgets
+    )
+    agents = {
+        name: Agent(name, section, calls=lasting.calls, guard=lasting.guard) for name, section in config.agents.items()
+    }
     router = Router(config.routes, default_agent=next(iter(agents)))
     target_rule = MessageTargetRule(
         lasting.access, platforms.bot_config,
