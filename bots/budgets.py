@@ -215,3 +215,61 @@ def limit_notice(spent: Spent, resets: datetime) -> str:
     """What the person is told, once a day, when a limit stops their turns."""
     zone = resets.tzname() or "UTC"
     return f"Daily limit reached ({spent.limit}). It resets at {resets:%H:%M} {zone}."
+
+
+@dataclass(frozen=True, slots=True)
+class UsageView:
+    """One person's usage: today's and this month's tokens and cost (US dollars), and the
+    daily limits that apply to them (None: no limit)."""
+
+    user: str
+    tokens_today: int
+    cost_today: float
+    tokens_month: int
+    cost_month: float
+    token_limit: int | None
+    cost_limit: float | None
+    resets: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "user": self.user,
+            "today": {"tokens": self.tokens_today, "cost_usd": round(self.cost_today, 6)},
+            "month": {"tokens": self.tokens_month, "cost_usd": round(self.cost_month, 6)},
+            "limits": {"tokens_per_day": self.token_limit, "cost_per_day": self.cost_limit},
+            "resets_at": self.resets.isoformat(),
+        }
+
+    def text(self) -> str:
+        """What `/usage` answers."""
+        limits = []
+        if self.token_limit is not None:
+            limits.append(f"{self.token_limit:,} tokens")
+        if self.cost_limit is not None:
+            limits.append(f"{self.cost_limit:.2f} USD")
+        limit = f" of your daily limit of {' and '.join(limits)}" if limits else ""
+        return (
+            f"Today: {self.tokens_today:,} tokens, {self.cost_today:.4f} USD{limit}. "
+            f"It resets at {self.resets:%H:%M} {self.resets.tzname() or 'UTC'}.\n"
+            f"This month: {self.tokens_month:,} tokens, {self.cost_month:.4f} USD."
+        )
+
+
+def usage_keys(user: str, day: str, month: str) -> list[str]:
+    """The counters `UsageView` reads, in its order."""
+    return [
+        day_key("user", user, day, "tokens"),
+        day_key("user", user, day, "cost"),
+        month_key("user", user, month, "tokens"),
+        month_key("user", user, month, "cost"),
+    ]
+
+
+def user_of_day_key(key: str, day: str) -> tuple[str, Measure] | None:
+    """(user, measure) of a person's day counter for `day`; None for any other key."""
+    start = f"{PREFIX}user:"
+    for measure in ("tokens", "cost"):
+        end = f":d:{day}:{measure}"
+        if key.startswith(start) and key.endswith(end):
+            return key[len(start) : -len(end)], measure  # type: ignore[return-value]
+    return None

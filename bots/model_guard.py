@@ -31,10 +31,12 @@ from typing import Any
 from botweave.budgets import (
     DAY_TTL_S,
     MICRO,
+    PREFIX,
     BudgetsConfig,
     Limit,
     Scope,
     Spent,
+    UsageView,
     Who,
     day_of,
     keys_to_read,
@@ -44,6 +46,8 @@ from botweave.budgets import (
     next_midnight,
     over_budget,
     usage_increments,
+    usage_keys,
+    user_of_day_key,
 )
 from botweave.config import AgentConfig, ModelPrice
 from botweave.failover import Attempt, Call, Candidate, Failure, GiveUp, classify, cooldown_seconds, decide
@@ -54,8 +58,9 @@ from botweave.tasks import TaskOwner, redact
 
 log = logging.getLogger(__name__)
 
-#: Told to the owner (category, platform of the turn or None, text).
-Alert = Callable[[str, "str | None", str], Coroutine[Any, Any, None]]
+#: Told to the owner: (category, platform of the turn or None, what happened in a few words
+#: naming nobody, for a lock screen; the whole text).
+Alert = Callable[[str, "str | None", str, str], Coroutine[Any, Any, None]]
 COOLDOWN_PREFIX = "cooldown:"
 STRIKES_PREFIX = "cooldown-strikes:"
 #: How often the owner hears of one key being refused.
@@ -174,17 +179,56 @@ class ModelGuard:
         self._cooled: dict[str, float] = {}
         self._turns: dict[str, itertools.count[int]] = {}
         self._prices: dict[str, Price | None] = {}
+        #: Each agent's candidates in every rotation of its keys, made once per configuration.
+        self._routes: dict[int, tuple[AgentConfig, list[list[Route]]]] = {}
+        #: The day's limits and counter keys per person and chat (the day's, cleared at midnight).
+        self._checks: dict[tuple[Who, str], tuple[list[tuple[Scope, str, Limit]], list[str]]] = {}
+        self._calendar: tuple[int, str, str, datetime] | None = None
+        #: Usage not written yet (key → [amount, ttl]): written together by one task at a time.
+        self._unwritten: dict[str, list[Any]] = {}
+        #: The batch being written now: counted too until the write is done (a moment's
+        #: double count at most, never a call past a limit because a write was slow).
+        self._in_flight: dict[str, list[Any]] = {}
+        self._writing: asyncio.Task[None] | None = None
 
     def configure(self, settings: GuardSettings, budgets: BudgetsConfig) -> None:
         """The settings of a (re)loaded configuration; cool-downs and counters stay."""
         self.settings = settings
         self.budgets = budgets
+        self._checks.clear()
+        self._calendar = None
 
     def session(self, agent: str, config: AgentConfig, who: Who | None = None) -> ModelSession:
         counter = self._turns.setdefault(agent, itertools.count())
-        return ModelSession(self, agent, config, who or Who(agent), routes_of(config, next(counter)))
+        made = self._routes.get(id(config))
+        if made is None or made[0] is not config:
+            keys = max(len(config.api_keys), 1)
+            made = self._routes[id(config)] = (config, [routes_of(config, turn) for turn in range(keys)])
+        rotations = made[1]
+        return ModelSession(self, agent, config, who or Who(agent), rotations[next(counter) % len(rotations)])
+
+    def calendar(self, now: float) -> tuple[str, str, datetime]:
+        """(day, month, next midnight) in the budgets' zone at `now`, worked out once a minute."""
+        minute = int(now // 60)
+        cached = self._calendar
+        if cached is None or cached[0] != minute:
+            moment = datetime.fromtimestamp(now, timezone.utc)
+            zone = self.budgets.zone
+            cached = self._calendar = (minute, day_of(moment, zone), month_of(moment, zone), next_midnight(moment, zone))
+        return cached[1], cached[2], cached[3]
+
+    def checks(self, who: Who, day: str) -> tuple[list[tuple[Scope, str, Limit]], list[str]]:
+        """The limits a call for `who` is checked against today, and the counters they read."""
+        found = self._checks.get((who, day))
+        if found is None:
+            if len(self._checks) > 10_000 or any(key[1] != day for key in itertools.islice(self._checks, 1)):
+                self._checks.clear()
+            limits = limits_for(self.budgets, who)
+            found = self._checks[(who, day)] = (limits, keys_to_read(limits, day))
+        return found
 
     async def close(self) -> None:
+        await self.settle()
         await self.tasks.close(2.0)
 
     # --- the store ------------------------------------------------------------------------
@@ -201,7 +245,13 @@ class ModelGuard:
             until = _float(value)
             if until is not None:
                 cooled[route.candidate.key] = max(until, cooled.get(route.candidate.key, 0.0))
-        counts = {key: int(_float(value) or 0) for key, value in zip(keys, values[len(cool_keys) :])}
+        unwritten, in_flight = self._unwritten, self._in_flight
+        counts = {
+            key: int(_float(value) or 0)
+            + (unwritten[key][0] if key in unwritten else 0)
+            + (in_flight[key][0] if key in in_flight else 0)
+            for key, value in zip(keys, values[len(cool_keys) :])
+        }
         return cooled, counts
 
     async def cool(self, candidate: Candidate, retry_after: float | None) -> float:
@@ -226,18 +276,68 @@ class ModelGuard:
             self._prices[model] = price_of(model)
         return self._prices[model]
 
-    def count(self, who: Who, tokens: int, micro_usd: int) -> asyncio.Task[None] | None:
-        """Add one answer's usage to the counters, in the background."""
+    def count(self, who: Who, tokens: int, micro_usd: int) -> None:
+        """Add one answer's usage to the counters. The turn does not wait: the amounts join
+        those not written yet and one task writes them all in one round trip (under load, many
+        answers' together); until then `read` adds them to what the store says."""
         if not tokens and not micro_usd:
-            return None
+            return
+        day, month, _ = self.calendar(self.clock())
+        for key, (amount, ttl) in usage_increments(who, day, month, tokens, micro_usd).items():
+            entry = self._unwritten.get(key)
+            if entry is None:
+                self._unwritten[key] = [amount, ttl]
+            else:
+                entry[0] += amount
+        if self._writing is None or self._writing.done():
+            self._writing = self.tasks.spawn(self._write(), name="count usage")
+
+    async def _write(self) -> None:
+        while self._unwritten:
+            batch = self._in_flight = self._unwritten
+            self._unwritten = {}
+            try:
+                await self.store.incr_many({key: (amount, ttl) for key, (amount, ttl) in batch.items()})
+            finally:
+                self._in_flight = {}
+
+    async def settle(self) -> None:
+        """Until the usage counted so far is in the store."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.wait({self._writing})
+
+    def warn_owner(self, category: str, platform: str | None, headline: str, text: str) -> None:
+        if self.alert is not None:
+            self.tasks.spawn(self.alert(category, platform, headline, text), name=f"alert {category}")
+
+    async def usage_of(self, user: str) -> UsageView:
+        """`user`'s usage today and this month, against the daily limits that apply to them."""
+        await self.settle()
         now = datetime.fromtimestamp(self.clock(), timezone.utc)
         zone = self.budgets.zone
-        added = usage_increments(who, day_of(now, zone), month_of(now, zone), tokens, micro_usd)
-        return self.tasks.spawn(self.store.incr_many(added), name="count usage")
+        values = await self.store.get_many(usage_keys(user, day_of(now, zone), month_of(now, zone)))
+        tokens, cost, month_tokens, month_cost = (int(_float(value) or 0) for value in values)
+        limit = self.budgets.per_user if user not in self.budgets.exempt_users else None
+        return UsageView(
+            user, tokens, cost / MICRO, month_tokens, month_cost / MICRO,
+            limit.tokens_per_day if limit is not None else None, limit.cost_per_day if limit is not None else None,
+            next_midnight(now, zone),
+        )
 
-    def warn_owner(self, category: str, platform: str | None, text: str) -> None:
-        if self.alert is not None:
-            self.tasks.spawn(self.alert(category, platform, text), name=f"alert {category}")
+    async def top_users(self, count: int = 10) -> list[tuple[str, int, float]]:
+        """Today's heaviest users: (user, tokens, US dollars), most cost (then tokens) first."""
+        await self.settle()
+        now = datetime.fromtimestamp(self.clock(), timezone.utc)
+        day = day_of(now, self.budgets.zone)
+        keys = [key for key in await self.store.keys(f"{PREFIX}user:") if user_of_day_key(key, day) is not None]
+        totals: dict[str, list[int]] = {}
+        for key, value in zip(keys, await self.store.get_many(keys)):
+            found = user_of_day_key(key, day)
+            assert found is not None
+            user, measure = found
+            totals.setdefault(user, [0, 0])[0 if measure == "tokens" else 1] += int(_float(value) or 0)
+        ranked = sorted(totals.items(), key=lambda item: (item[1][1], item[1][0]), reverse=True)
+        return [(user, tokens, micro / MICRO) for user, (tokens, micro) in ranked[:count]]
 
     async def once(self, key: str, ttl: float) -> bool:
         """True the first time `key` is claimed within `ttl` (by any worker)."""
@@ -263,8 +363,6 @@ class ModelSession:
     who: Who
     routes: list[Route]
     attempts: list[Attempt] = field(default_factory=list)
-    _limits: list[tuple[Scope, str, Limit]] | None = None
-    _pending: asyncio.Task[None] | None = None
     _windows_known: bool = False
 
     @property
@@ -275,24 +373,19 @@ class ModelSession:
         """The candidate to ask now and the request to send it; raises when none may be asked
         (`CallRefused` with what to tell the person, else `AgentError` naming the failure)."""
         guard = self.guard
-        if self._pending is not None:
-            await asyncio.wait({self._pending})  # this turn's own usage counts in the check
-            self._pending = None
         now = guard.clock()
-        moment = datetime.fromtimestamp(now, timezone.utc)
-        day = day_of(moment, guard.budgets.zone)
-        if self._limits is None:
-            self._limits = limits_for(guard.budgets, self.who)
-        cooled, counts = await guard.read(self.routes, keys_to_read(self._limits, day))
-        spent = over_budget(self._limits, counts, day) if self._limits else None
+        day, _, midnight = guard.calendar(now)
+        limits, keys = guard.checks(self.who, day)
+        cooled, counts = await guard.read(self.routes, keys)
+        spent = over_budget(limits, counts, day) if limits else None
         if spent is not None:
-            raise await self._over_budget(spent, day, moment)
+            raise await self._over_budget(spent, day, midnight)
         decision = decide(
             [route.candidate for route in self.routes], self.attempts, cooled, now,
             max_wait=guard.settings.max_wait_seconds,
         )
         if isinstance(decision, GiveUp):
-            raise self._gave_up(decision, moment)
+            raise self._gave_up(decision, now)
         assert isinstance(decision, Call)
         if decision.wait > 0:
             log.info("agent %s: waiting %.1fs for %s", self.agent, decision.wait, decision.candidate.model)
@@ -319,7 +412,7 @@ class ModelSession:
             key = f"model-alert:{route.candidate.key}"
             if await self.guard.once(key, AUTH_ALERT_EVERY_S):
                 self.guard.warn_owner(
-                    "model_failed", _platform(self.who),
+                    "model_failed", _platform(self.who), f"agent {self.agent}: {route.candidate.model} refused its key",
                     f"Agent {self.agent}: {route.candidate.model} refused its credentials ({failure.name}); "
                     "other models answer meanwhile. Check the key.",
                 )
@@ -341,18 +434,18 @@ class ModelSession:
         cost = price.cost(prompt, completion) if price is not None else 0.0
         if cost:
             COST_USD.labels(self.agent, route.candidate.model).inc(cost)
-        self._pending = self.guard.count(self.who, prompt + completion, round(cost * MICRO))
+        self.guard.count(self.who, prompt + completion, round(cost * MICRO))
 
     def _masked(self, text: str) -> str:
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return redact(text)
 
-    def _gave_up(self, decision: GiveUp, moment: datetime) -> AgentError:
+    def _gave_up(self, decision: GiveUp, now: float) -> AgentError:
         failure = decision.failure
         if decision.retry_at is not None and (failure is None or failure.retryable):
             back = datetime.fromtimestamp(decision.retry_at, timezone.utc).astimezone(self.guard.budgets.zone)
-            minutes = max(1, round((decision.retry_at - moment.timestamp()) / 60))
+            minutes = max(1, round((decision.retry_at - now) / 60))
             when = f"{back:%H:%M} {back.tzname() or 'UTC'}"
             notice = f"The model is busy right now. Please try again after {when} (in about {minutes} min)."
             return ModelsResting(f"agent {self.agent}: every model is cooled down until {when}", notice)
@@ -363,15 +456,14 @@ class ModelSession:
             f"agent {self.agent} ({model or self.config.model}) failed: {failure.name}: {self._masked(failure.detail)[:300]}"
         )
 
-    async def _over_budget(self, spent: Spent, day: str, moment: datetime) -> OverBudget:
+    async def _over_budget(self, spent: Spent, day: str, resets: datetime) -> OverBudget:
         guard = self.guard
-        resets = next_midnight(moment, guard.budgets.zone)
         notice = limit_notice(spent, resets)
         person = self.who.user or self.who.chat or self.who.agent
         told = await guard.once(f"budget-notice:{person}:{spent.scope}:{spent.who}:{day}", DAY_TTL_S)
         if await guard.once(f"budget-alert:{spent.scope}:{spent.who}:{day}", DAY_TTL_S):
             guard.warn_owner(
-                "budget", _platform(self.who),
+                "budget", _platform(self.who), f"agent {self.agent}: a daily {spent.scope} limit reached",
                 f"Daily {spent.scope} limit of {spent.limit} reached by {spent.who} (agent {self.agent}); "
                 f"it resets at {resets:%H:%M} {resets.tzname() or 'UTC'}.",
             )

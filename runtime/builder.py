@@ -57,6 +57,7 @@ from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn
+from botweave.runtime.usage import USAGE_ARGS, USAGE_HELP, UsageCommand
 from botweave.store import MemoryStore, Patience, PatientStore, Store, open_store
 from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
@@ -134,11 +135,11 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
     control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
 
-    async def alert(category: str, platform: str | None, text: str) -> None:
+    async def alert(category: str, platform: str | None, headline: str, text: str) -> None:
         names = [platform] if platform else list(platforms.adapters)
         owners = [f"{name}:{owner}" for name in names if (owner := await access.owner_of(name))]
         if owners:
-            await notices.owner_alert(category, owners, text)
+            await notices.owner_alert(category, owners, headline, text)
 
     # cool-downs are read from the store before each call where other workers share it
     guard = ModelGuard(kept, shared=isinstance(backend(kept), RedisStore), alert=alert)
@@ -146,6 +147,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
     commands.register("stop", control.stop_command, help=STOP_HELP)
+    commands.register("usage", UsageCommand(guard, access.owner_of), help=USAGE_HELP, args=USAGE_ARGS)
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
         control=control, buttons=buttons, approvals=approvals,

@@ -272,12 +272,16 @@ def _check(path: str | None) -> int:
     from botweave.config import ConfigError
     from botweave.runtime.config import unroutable_models
     from botweave.runtime.dump import dump_config
+    from botweave.runtime.usage import unpriced_models
     from botweave.store import StoreUnavailable, open_store, redact_url
 
     config = _load(path)
     print(dump_config(config))
     enabled = config.enabled_platforms()
     print(f"# platforms that would start: {', '.join(enabled) or 'none'}")
+    unpriced = unpriced_models(config)
+    if unpriced:
+        print(f"# no known price (budgets count their tokens only; give the agent a `price:`): {', '.join(unpriced)}")
     unroutable = unroutable_models(config)
     if unroutable:
         raise ConfigError(unroutable)

@@ -69,11 +69,10 @@ class Notices:
                 NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Schedule {name}: {detail}", identity=f"schedule {name}"
             )
 
-    async def owner_alert(self, category: str, owners: list[str], text: str) -> None:
+    async def owner_alert(self, category: str, owners: list[str], headline: str, text: str) -> None:
         """A model refused its key, or a budget is spent: the owners hear of it (`model_failed`,
-        `budget`)."""
-        # the text names no person and no secret: it is fit for a lock screen as it stands
-        await self._notifier.notify(NotificationCategory.parse(category), owners, text, identity=text)
+        `budget`); `headline` names no person, so it is what a lock screen may show."""
+        await self._notifier.notify(NotificationCategory.parse(category), owners, text, identity=headline)
 
     async def flush_digests(self, stopping: asyncio.Event) -> None:
         """Send the digests that are due, every `DIGEST_FLUSH_SECONDS`, until `stopping`."""
