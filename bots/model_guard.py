@@ -427,7 +427,7 @@ class ModelSession:
 
     async def answered(self, route: Route, usage: tuple[int, int] | None) -> None:
         """Count an answer's tokens and cost (the counters are written in the background)."""
-        if not usage:
+        if not usage or not any(usage):
             return
         prompt, completion = usage
         price = await self.guard.price(route)

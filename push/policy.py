@@ -133,13 +133,7 @@ class NotificationPreference:
 
     categories: frozenset[Category] = field(
         default_factory=lambda: frozenset(
-            {
-                NotificationCategory.APPROVAL_REQUESTED,
-                NotificationCategory.AGENT_QUESTION,
-                # only owners get these: a model refusing its key, a budget spent
-                NotificationCategory.MODEL_FAILED,
-                NotificationCategory.BUDGET,
-            }
+            {NotificationCategory.APPROVAL_REQUESTED, NotificationCategory.AGENT_QUESTION}
         )
     )
     quiet_start: _WallClock = None

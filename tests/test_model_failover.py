@@ -37,6 +37,10 @@ def store_section(request: pytest.FixtureRequest, tmp_path: Any) -> dict[str, An
     return {"url": request.getfixturevalue("redis_url"), "prefix": f"test:{uuid.uuid4().hex}:"}
 
 
+#: Notifications everyone opted in to, the operator's among them (only the owner gets those).
+OWNER_PUSH = {"defaults": {"categories": ["approval_requested", "model_failed", "budget"]}}
+
+
 def settings(llm: OpenAIEmulator, *, store: dict[str, Any] | None = None, client: str = "direct",
              bot: dict[str, Any] | None = None, models: dict[str, Any] | None = None, **agent: Any) -> dict[str, Any]:
     section = {"model": "openai/primary", "api_base": llm.base_url, "api_key": KEY_A,
@@ -48,6 +52,7 @@ def settings(llm: OpenAIEmulator, *, store: dict[str, Any] | None = None, client
         "agents": {"assistant": section},
         "models": {"client": client, **(models or {})},
         "store": store or {"url": "memory://"},
+        "push": OWNER_PUSH,
     }
 
 
