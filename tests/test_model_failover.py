@@ -281,3 +281,26 @@ async def test_config_errors_name_the_field_and_the_fix(tmp_path):
     with pytest.raises(ConfigError, match=r"budgets\.per_agent\.nobody: unknown agent 'nobody'; defined agents: a"):
         load_config({"agents": {"a": {"model": "openai/x"}}, "budgets": {"per_agent": {"nobody": {"tokens_per_day": 5}}}})
 
+
+
+async def test_the_gateways_tool_and_final_events_carry_the_model_that_answered(llm):
+    import json
+
+    from botweave.conversations import conversation_key
+
+    failover_tools.BOOKINGS.clear()
+    llm.queue_tool_calls(tool_call("book_table", {"name": "Ann"}))
+    llm.fail("primary", "503", after=1)
+    config = settings(llm, tools=[{"python": "tests.failover_tools:book_table"}])
+    config["gateway"] = {"listen": "127.0.0.1:0"}
+    app, adapter = bot(config)
+    asked = message("book me a table")
+    async with running(app):
+        await app.handle(asked)
+        assert app.events is not None
+        logged = await app.events.read(conversation_key(asked))
+    events = [json.loads(value) for _, value in logged.entries]
+    tools = [e["data"] for e in events if e["event"] == "tool"]
+    (final,) = [e["data"] for e in events if e["event"] == "final"]
+    assert tools and all(tool["model"] == "openai/primary" for tool in tools), "the tool round was the primary's"
+    assert final["model"] == "openai/backup", "the answer was the fallback's"
