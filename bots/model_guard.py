@@ -177,6 +177,7 @@ class ModelGuard:
         self.sleep = sleep
         self.tasks = TaskOwner("model guard")
         self._cooled: dict[str, float] = {}
+        self._recalled = False
         self._turns: dict[str, itertools.count[int]] = {}
         self._prices: dict[str, Price | None] = {}
         #: Each agent's candidates in every rotation of its keys, made once per configuration.
@@ -235,7 +236,10 @@ class ModelGuard:
 
     async def read(self, routes: Sequence[Route], keys: Sequence[str]) -> tuple[dict[str, float], dict[str, int]]:
         """The candidates' cool-downs (key → until) and the counters `keys` name, in at most one
-        store round trip."""
+        store round trip (and, once per process on a store no other process uses, the cool-downs
+        an earlier run of this bot left there)."""
+        if not self.shared and not self._recalled:
+            await self._recall()
         cooled = {route.candidate.key: self._cooled[route.candidate.key] for route in routes if route.candidate.key in self._cooled}
         cool_keys = [COOLDOWN_PREFIX + route.candidate.key for route in routes] if self.shared else []
         if not cool_keys and not keys:
@@ -253,6 +257,15 @@ class ModelGuard:
             for key, value in zip(keys, values[len(cool_keys) :])
         }
         return cooled, counts
+
+    async def _recall(self) -> None:
+        self._recalled = True
+        keys = await self.store.keys(COOLDOWN_PREFIX)
+        for key, value in zip(keys, await self.store.get_many(keys)):
+            until = _float(value)
+            if until is not None:
+                name = key[len(COOLDOWN_PREFIX) :]
+                self._cooled[name] = max(until, self._cooled.get(name, 0.0))
 
     async def cool(self, candidate: Candidate, retry_after: float | None) -> float:
         """Cool `candidate` down for every worker; returns when it comes back."""

@@ -304,3 +304,16 @@ async def test_the_gateways_tool_and_final_events_carry_the_model_that_answered(
     (final,) = [e["data"] for e in events if e["event"] == "final"]
     assert tools and all(tool["model"] == "openai/primary" for tool in tools), "the tool round was the primary's"
     assert final["model"] == "openai/backup", "the answer was the fallback's"
+
+
+async def test_a_restarted_bot_on_its_sqlite_file_still_lets_a_resting_model_rest(llm, tmp_path):
+    store = {"url": f"sqlite:///{tmp_path / 'state.db'}"}
+    llm.fail("primary", "429", retry_after=120)
+    first, _ = bot(settings(llm, store=store))
+    async with running(first):
+        await first.handle(message("before the restart"))
+    again, said = bot(settings(llm, store=store))
+    async with running(again):
+        await again.handle(message("after the restart"))
+    assert said.texts()[0].startswith(llm.reply)
+    assert (llm.count("primary"), llm.count("backup")) == (1, 2)
