@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, Optional
+from typing import Any, Literal, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from botweave.config import Section
@@ -42,7 +42,7 @@ def _not_negative(value: Any, what: str) -> Any:
 class Limit(Section):
     """How much one person, agent or chat may use in a day; a limit left out is no limit."""
 
-    tokens_per_day: Optional[Annotated[int, Field(strict=False)]] = None
+    tokens_per_day: Optional[int] = None
     """Tokens (prompt and completion together, as the provider reported them) a day."""
     cost_per_day: Optional[float] = None
     """US dollars a day, priced from litellm's public prices or the agent's `price`."""
@@ -268,8 +268,9 @@ def usage_keys(user: str, day: str, month: str) -> list[str]:
 def user_of_day_key(key: str, day: str) -> tuple[str, Measure] | None:
     """(user, measure) of a person's day counter for `day`; None for any other key."""
     start = f"{PREFIX}user:"
-    for measure in ("tokens", "cost"):
+    measures: tuple[Measure, ...] = ("tokens", "cost")
+    for measure in measures:
         end = f":d:{day}:{measure}"
         if key.startswith(start) and key.endswith(end):
-            return key[len(start) : -len(end)], measure  # type: ignore[return-value]
+            return key[len(start) : -len(end)], measure
     return None
