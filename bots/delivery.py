@@ -718,6 +718,7 @@ class ReplyChannel:
                     text = text[: delta.keep]
                     unshown = text[published:] if delta.keep > published else ""
                     self.partial = text
+                    await stream.update(text)  # the words taken back leave the screen (when any are kept)
                     continue
                 text += delta
                 self.partial = text
@@ -730,7 +731,10 @@ class ReplyChannel:
                 await stream.update(text)
         except BaseException:
             if stream.message_ids and self.cut_mark is not None:  # never leave a half-written message looking final
-                await stream.finish(text + self.cut_mark)
+                if text.strip():
+                    await stream.finish(text + self.cut_mark)
+                else:  # every word shown was taken back (a model that failed mid-answer)
+                    await stream.discard()
             raise
         if is_silent(text, self.config.allow_silence, token):
             await stream.discard()

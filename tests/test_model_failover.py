@@ -317,3 +317,15 @@ async def test_a_restarted_bot_on_its_sqlite_file_still_lets_a_resting_model_res
         await again.handle(message("after the restart"))
     assert said.texts()[0].startswith(llm.reply)
     assert (llm.count("primary"), llm.count("backup")) == (1, 2)
+
+
+async def test_words_of_a_model_that_failed_mid_stream_do_not_stay_when_no_model_answers(llm):
+    llm.fail("primary", "cut")
+    llm.fail("backup", "400")
+    app, adapter = bot(settings(llm, bot={"streaming": True, "stream_edit_interval_ms": 0}))
+    async with running(app):
+        outcome = await app.handle(message("hello"))
+    assert outcome.status == "agent_error"
+    streamed = adapter.sent[0]
+    assert streamed.text.startswith("These") and streamed.message_id in adapter.deleted, "taken back"
+    assert adapter.texts()[-1].startswith("Sorry")
