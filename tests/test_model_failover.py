@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from botweave import App
+from botweave.metrics import REGISTRY
 
 from tests import failover_tools
 from tests.emulators.openai import OpenAIEmulator, tool_call
@@ -54,6 +55,11 @@ def settings(llm: OpenAIEmulator, *, store: dict[str, Any] | None = None, client
         "store": store or {"url": "memory://"},
         "push": OWNER_PUSH,
     }
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    """A series' value as /metrics would show it (0 before its first count)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 @contextlib.asynccontextmanager
@@ -99,9 +105,16 @@ def turn_lines() -> Iterator[list[logging.LogRecord]]:
 async def test_a_rate_limited_model_hands_the_turn_to_its_fallback_and_rests(llm, client, store_section, turn_lines):
     llm.fail("primary", "429", retry_after=30)
     app, adapter = bot(settings(llm, store=store_section, client=client))
+    failovers = {"agent": "assistant", "from_model": "openai/primary", "to_model": "openai/backup",
+                 "reason": "rate_limited"}
+    before = (sample("botweave_model_failovers_total", failovers),
+              sample("botweave_model_cooldowns_total", {"model": "openai/primary"}))
     async with running(app):
         first = await app.handle(message("hello"))
         second = await app.handle(message("again"))
+    after = (sample("botweave_model_failovers_total", failovers),
+             sample("botweave_model_cooldowns_total", {"model": "openai/primary"}))
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1), "one failover, one cool-down: then skipped"
     assert first.status == second.status == "replied"
     assert [text.split("\n")[0] for text in adapter.texts()] == [llm.reply, llm.reply]
     assert all("openai/backup" in text for text in adapter.texts()), "the footer names the model that answered"
