@@ -16,27 +16,15 @@ from botweave.config import AgentConfig
 from botweave.context import ROUND_FLOOR, estimate_message, fit_round
 from botweave.metrics import model_call
 from botweave.mime import UNKNOWN, base_mime
-from botweave.model_calls import CallPart, LitellmCalls, ModelCallFailed, ModelCalls
+from botweave.model_calls import CallPart, LitellmCalls, ModelCalls, ModelOutput
+from botweave.model_guard import AgentError as AgentError
+from botweave.model_guard import ModelGuard, ModelSession, Route, who_of
 from botweave.store import Append, Operation, Remove, Store
+from botweave.streaming import Rewind
 from botweave.tooling import Tool, ToolCall, ToolContext, run_round, schema_of
 from botweave.types import BotMessage, OutboundFile
 
 log = logging.getLogger(__name__)
-
-
-#: Failures of a model call (as litellm names them) that no retry mends: the key is missing or
-#: refused, or the model does not exist for it. Whoever set the bot up has to act.
-MISCONFIGURED = frozenset({"AuthenticationError", "PermissionDeniedError", "NotFoundError"})
-
-
-class AgentError(RuntimeError):
-    """The model could not answer; the message is safe to log (no keys, no prompt).
-    `misconfigured` when the bot's settings are the cause (see `MISCONFIGURED`), so the person
-    asking is not told to try again."""
-
-    def __init__(self, message: str, *, misconfigured: bool = False) -> None:
-        super().__init__(message)
-        self.misconfigured = misconfigured
 
 
 class History:
@@ -188,6 +176,8 @@ class ToolTurn:
     @property
     def out_of_room(self) -> bool:
         return self.room is not None and self.room < ROUND_FLOOR
+    #: The model that gave the latest answer (a fallback, when the agent's own failed).
+    model: str = ""
 
     def note(self) -> str:
         """What the model is told about the message it answers, so it can react to it."""
@@ -316,6 +306,8 @@ class Agent:
     tools: dict[str, Tool] = field(default_factory=dict)
     calls: ModelCalls = field(default_factory=LitellmCalls)
     _tools_json: tuple[tuple[int, ...], str] | None = field(default=None, init=False, repr=False)
+    #: Fallbacks, cool-downs and budgets, shared by the App's agents; one of its own otherwise.
+    guard: ModelGuard | None = None
 
     @property
     def model(self) -> str:
@@ -360,18 +352,44 @@ class Agent:
             request["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
             request["max_tokens"] = self.config.max_tokens
-        if self.config.api_base:
-            request["api_base"] = self.config.api_base
-        if self.config.api_key is not None:
-            request["api_key"] = self.config.api_key.get_secret_value()
-        return request
+        return request  # the server and key are the candidate's (model_guard.Route)
 
-    def _failure(self, exc: Exception) -> AgentError:
-        detail = str(exc)[:300]
-        if self.config.api_key is not None:
-            detail = detail.replace(self.config.api_key.get_secret_value(), "***")
-        kind = exc.kind if isinstance(exc, ModelCallFailed) else type(exc).__name__
-        return AgentError(f"agent {self.name} ({self.model}) failed: {kind}: {detail}", misconfigured=kind in MISCONFIGURED)
+    def _session(self, turn: ToolTurn) -> ModelSession:
+        """The turn's model calls through the guard: its candidates, cool-downs and budgets,
+        counted as the person's and the chat's when a message started the turn."""
+        origin = turn.context.origin
+        who = who_of(
+            self.name,
+            origin.platform if origin is not None else None,
+            origin.sender.user_id if origin is not None else None,
+            origin.channel.channel_id if origin is not None else None,
+        )
+        if self.guard is None:
+            self.guard = ModelGuard()
+        return self.guard.session(self.name, self.config, who)
+
+    def _answered(self, turn: ToolTurn, route: Route) -> None:
+        """Whoever reports on the turn (its footer, log line and events) names this model."""
+        turn.model = route.candidate.model
+        run = turn.context.run
+        if run is not None:
+            run.model = route.candidate.model
+
+    async def _answer(self, session: ModelSession, request: dict[str, Any], turn: ToolTurn) -> ModelOutput:
+        """One whole answer, from the first candidate that gives one."""
+        while True:
+            route, asked = await session.next(request)
+            started = time.monotonic()
+            try:
+                output = await self.calls.answer(asked)
+            except Exception as exc:  # every failure is classified; those that end the turn raise in next()
+                model_call(self.name, time.monotonic() - started)
+                await session.failed(route, exc)
+                continue
+            model_call(self.name, time.monotonic() - started, *(output.usage or (0, 0)), model=route.candidate.model)
+            self._answered(turn, route)
+            await session.answered(route, output.usage)
+            return output
 
     def _turn(self, turn: ToolTurn | None) -> ToolTurn:
         return turn if turn is not None else ToolTurn(ToolContext(self.name))
@@ -403,14 +421,10 @@ class Agent:
         turn = self._turn(turn)
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
+        session = self._session(turn)
         for round_number in range(rounds + 1):
-            started = time.monotonic()
-            try:
-                output = await self.calls.answer(self._request(messages, stream=False, last_round=round_number == rounds or turn.out_of_room))
-            except Exception as exc:
-                model_call(self.name, time.monotonic() - started)
-                raise self._failure(exc) from exc
-            model_call(self.name, time.monotonic() - started, *(output.usage or (0, 0)))
+            request = self._request(messages, stream=False, last_round=round_number == rounds or turn.out_of_room)
+            output = await self._answer(session, request, turn)
             calls = _calls_of(output.calls) if round_number < rounds and not turn.out_of_room else []
             if not calls:
                 if images is not None:
@@ -432,28 +446,44 @@ class Agent:
         messages = self._messages(history, user_turn, turn)
         rounds = self.config.max_tool_rounds if self.tools else 0
         shown = False  # some text reached the person already
+        said = 0  # characters yielded so far, all rounds together
+        session = self._session(turn)
         for round_number in range(rounds + 1):
-            text = ""
-            calls = _StreamedCalls()
             request = self._request(messages, stream=True, last_round=round_number == rounds or turn.out_of_room)
-            started = time.monotonic()
-            tokens = (0, 0)
-            try:
-                async for piece in self.calls.stream(request):
-                    tokens = piece.usage or tokens
+            while True:
+                route, asked = await session.next(request)
+                text = ""
+                before, pictures = said, len(images) if images is not None else 0
+                calls = _StreamedCalls()
+                started = time.monotonic()
+                tokens = None
+                try:
+                    async for piece in self.calls.stream(asked):
+                        tokens = piece.usage or tokens
+                        if images is not None:
+                            images_of(piece.image_urls, images)
+                        if piece.text:
+                            if not text and shown:
+                                said += len(ROUND_SEPARATOR)
+                                yield ROUND_SEPARATOR
+                            text += piece.text
+                            said += len(piece.text)
+                            yield piece.text
+                        if piece.calls:
+                            calls.add(piece.calls)
+                except Exception as exc:  # classified; those that end the turn raise in next()
+                    model_call(self.name, time.monotonic() - started)
+                    if said > before:  # the next model's answer takes the place of these words
+                        said = before
+                        yield Rewind(before)
                     if images is not None:
-                        images_of(piece.image_urls, images)
-                    if piece.text:
-                        if not text and shown:
-                            yield ROUND_SEPARATOR
-                        text += piece.text
-                        yield piece.text
-                    if piece.calls:
-                        calls.add(piece.calls)
-            except Exception as exc:
-                raise self._failure(exc) from exc
-            finally:
-                model_call(self.name, time.monotonic() - started, *tokens)
+                        del images[pictures:]
+                    await session.failed(route, exc)
+                    continue
+                model_call(self.name, time.monotonic() - started, *(tokens or (0, 0)), model=route.candidate.model)
+                self._answered(turn, route)
+                await session.answered(route, tokens)
+                break
             shown = shown or bool(text)
             made = calls.calls() if round_number < rounds and not turn.out_of_room else []
             if not made:

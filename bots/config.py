@@ -331,6 +331,82 @@ class ContextConfig(Section):
     """The model that writes summaries (litellm's name for it); unset: the agent's own model."""
 
 
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][\w.:@+-]*(/[\w.:@+-]+)*$")
+
+
+def model_id(value: Any) -> str:
+    """A model id as litellm names models (`openai/gpt-4o-mini`), or a ValueError saying so."""
+    if not isinstance(value, str) or not _MODEL_ID.match(value.strip()):
+        raise ValueError(
+            f"{value!r} is not a model id; write one as `model:` takes it (e.g. openai/gpt-4o-mini), "
+            "or a mapping {model: ..., api_base: ..., api_key: ...}"
+        )
+    return value.strip()
+
+
+class ModelPrice(Section):
+    """What a model costs, for models litellm has no public price for (a local server, a
+    private deployment): US dollars per million tokens."""
+
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    """US dollars per million prompt tokens."""
+    output_per_mtok: Annotated[float, Field(ge=0)]
+    """US dollars per million completion tokens."""
+
+
+def _one_kind_of_key(title: str, api_key: Any, api_keys: list[Any]) -> None:
+    if api_key is not None and api_keys:
+        raise_problems(
+            title,
+            [
+                problem(
+                    ("api_keys",),
+                    "set together with `api_key`; keep one: `api_keys: [KEY_A, KEY_B]` uses several keys in turn, "
+                    "`api_key: KEY` one",
+                )
+            ],
+        )
+
+
+class FallbackModel(Section):
+    """A model tried when the ones before it failed with an error another model may not have
+    (rate limited, overloaded, down, timed out, out of context window). Written as a model id,
+    or as a mapping when it needs its own server or key. Without `api_base` and keys of its
+    own, a fallback of the same provider as the agent's model uses the agent's."""
+
+    model: str
+    """The model id, as `model:` takes it."""
+    api_base: Optional[str] = None
+    """The server this model is asked at, when not its provider's usual one."""
+    api_key: Optional[SecretStr] = None
+    """The key for this model."""
+    api_keys: list[SecretStr] = Field(default_factory=list)
+    """Several keys for this model, used in turn."""
+    price: Optional[ModelPrice] = None
+    """What this model costs, when litellm lists no price for it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _id_or_mapping(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"model": model_id(value)}
+        if isinstance(value, Mapping) and "model" not in value:
+            raise ValueError("a fallback mapping needs `model:` (e.g. {model: openai/gpt-4o-mini, api_key: ...})")
+        if not isinstance(value, (Mapping, FallbackModel)):
+            model_id(value)
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        return model_id(value)
+
+    @model_validator(mode="after")
+    def _keys(self) -> FallbackModel:
+        _one_kind_of_key(type(self).__name__, self.api_key, self.api_keys)
+        return self
+
+
 class AgentConfig(Section):
     """What the kernel's `Agent` needs of an agent's section: its model, how it is asked and
     how it appears. The parts that configure features (its tools, media and network) belong
@@ -351,6 +427,15 @@ class AgentConfig(Section):
     """An OpenAI-compatible server to send this agent's requests to (vLLM, LM Studio, a proxy)."""
     api_key: Optional[SecretStr] = None
     """The key for `api_base` or the provider; unset: the provider's usual environment variable."""
+    api_keys: list[SecretStr] = Field(default_factory=list)
+    """Several keys for `model`, used in turn (round robin); a key that was rate limited rests
+    while the others answer. Instead of `api_key`."""
+    fallbacks: list[FallbackModel] = Field(default_factory=list)
+    """Models tried in order when `model` fails with an error worth another model (rate limited,
+    overloaded, server error, timeout, broken stream, context window too small): model ids, or
+    mappings `{model, api_base, api_key}`."""
+    price: Optional[ModelPrice] = None
+    """What `model` costs, when litellm lists no public price for it (budgets count its cost)."""
     timeout_seconds: Annotated[float, Field(gt=0)] = 120.0
     """How long one model request may take before the turn fails."""
     max_tool_rounds: Annotated[int, Field(ge=1)] = 8
@@ -368,6 +453,16 @@ class AgentConfig(Section):
     vision: Union[bool, Literal["auto"]] = "auto"
     """Whether images reach the model as pictures: `auto` asks litellm whether the model has vision;
     without it the agent reads a marker such as `[image image/png 12 KB]`."""
+
+    @field_validator("model")
+    @classmethod
+    def _model_id(cls, value: str) -> str:
+        return model_id(value)
+
+    @model_validator(mode="after")
+    def _keys(self) -> AgentConfig:
+        _one_kind_of_key(type(self).__name__, self.api_key, self.api_keys)
+        return self
 
     @field_validator("vision", mode="before")
     @classmethod

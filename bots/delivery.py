@@ -30,7 +30,7 @@ from botweave.events import ConversationEvents, RunEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
 from botweave.store import Store
-from botweave.streaming import StreamingReply
+from botweave.streaming import Rewind, StreamingReply
 from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile, revision_suffix
 
 log = logging.getLogger(__name__)
@@ -697,12 +697,14 @@ class ReplyChannel:
         self,
         deltas: AsyncIterator[str],
         *,
-        model: str | None = None,
+        model: str | Callable[[], str] | None = None,
         elapsed: Callable[[], float] | None = None,
         tools: Sequence[str] = (),
     ) -> Delivered:
         """Stream a reply by editing; the streamed message becomes the final reply. `tools`
-        is read once the stream ended (a turn learns which tools it used as it goes)."""
+        and `model` (a callable: the model that answered, known at the end) are read once the
+        stream ended (a turn learns which tools it used as it goes). A `Rewind` delta cuts the
+        text back: the words after it are another model's answer, written in the same place."""
         stream = self.stream = self.streaming_reply()
         token = self.config.effective_silence_token
         text = ""
@@ -711,6 +713,13 @@ class ReplyChannel:
         self.partial = ""
         try:
             async for delta in deltas:
+                if isinstance(delta, Rewind):
+                    published = len(text) - len(unshown)
+                    text = text[: delta.keep]
+                    unshown = text[published:] if delta.keep > published else ""
+                    self.partial = text
+                    await stream.update(text)  # the words taken back leave the screen (when any are kept)
+                    continue
                 text += delta
                 self.partial = text
                 if self.config.allow_silence and token.startswith(text.strip()):
@@ -722,14 +731,18 @@ class ReplyChannel:
                 await stream.update(text)
         except BaseException:
             if stream.message_ids and self.cut_mark is not None:  # never leave a half-written message looking final
-                await stream.finish(text + self.cut_mark)
+                if text.strip():
+                    await stream.finish(text + self.cut_mark)
+                else:  # every word shown was taken back (a model that failed mid-answer)
+                    await stream.discard()
             raise
         if is_silent(text, self.config.allow_silence, token):
             await stream.discard()
             return Delivered(silent=True)
         seconds = elapsed() if elapsed is not None else None
         to = self.destination
-        final = await self.delivery.before_send(to, self._final_text(text, model, seconds, tools), self.origin)
+        answered = model() if callable(model) else model
+        final = await self.delivery.before_send(to, self._final_text(text, answered, seconds, tools), self.origin)
         if final is None:
             await stream.discard()
             return Delivered(cancelled=True)

@@ -248,13 +248,16 @@ class RunEvents:
     deltas is the text of the answer). Every other event waits for the words before it, so
     the log keeps the run's order."""
 
-    __slots__ = ("events", "conversation", "run_id", "message_id", "_unsent", "_sending")
+    __slots__ = ("events", "conversation", "run_id", "message_id", "model", "_unsent", "_sending")
 
     def __init__(self, events: ConversationEvents, conversation: str, run_id: str, message_id: str) -> None:
         self.events = events
         self.conversation = conversation
         self.run_id = run_id
         self.message_id = message_id
+        #: The model answering (a fallback, when the agent's own failed); `tool` and `final`
+        #: events carry it once known.
+        self.model = ""
         self._unsent = ""
         self._sending: asyncio.Task[None] | None = None
 
@@ -282,11 +285,13 @@ class RunEvents:
     async def tool(self, call_id: str, name: str, status: str, arguments: Any) -> None:
         await self.settle()
         shown = self.events.masked(arguments)
-        await self._publish("tool", {"call_id": call_id, "name": name, "status": status, "arguments": shown})
+        data = {"call_id": call_id, "name": name, "status": status, "arguments": shown}
+        await self._publish("tool", {**data, "model": self.model} if self.model else data)
 
     async def final(self, text: str, reply_ids: Sequence[str], **more: Any) -> None:
         await self.settle()
-        await self._publish("final", {"text": text, "reply_ids": list(reply_ids), **more})
+        data = {"text": text, "reply_ids": list(reply_ids), **more}
+        await self._publish("final", {**data, "model": self.model} if self.model else data)
 
     async def stopped(self, reason: str) -> None:
         await self.settle()

@@ -58,8 +58,27 @@ MODEL_SECONDS = Histogram(
 )
 TOKENS = Counter(
     "botweave_tokens_total",
-    "Tokens the model reported, by agent and direction (in: prompt, out: completion)",
-    ["agent", "direction"],
+    "Tokens the model reported, by agent, the model that answered and kind (prompt, completion)",
+    ["agent", "model", "kind"],
+    registry=REGISTRY,
+)
+COST_USD = Counter(
+    "botweave_cost_usd_total",
+    "US dollars the model calls cost (litellm's public prices or the agent's `price`), by agent and model",
+    ["agent", "model"],
+    registry=REGISTRY,
+)
+MODEL_FAILOVERS = Counter(
+    "botweave_model_failovers_total",
+    "Model calls handed to another candidate after a failure, by agent, the model that failed, the one asked "
+    "next and why",
+    ["agent", "from_model", "to_model", "reason"],
+    registry=REGISTRY,
+)
+MODEL_COOLDOWNS = Counter(
+    "botweave_model_cooldowns_total",
+    "Cool-downs a model (with one of its keys) was put in after a rate limit or an overload",
+    ["model"],
     registry=REGISTRY,
 )
 TOOL_CALLS = Counter(
@@ -143,6 +162,8 @@ class TurnUsage:
     seconds: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    #: The model that gave the latest answer ("" before one did).
+    model: str = ""
 
 
 _USAGE: ContextVar[TurnUsage | None] = ContextVar("botweave_turn_usage", default=None)
@@ -159,16 +180,25 @@ def counting_usage() -> Iterator[TurnUsage]:
         _USAGE.reset(token)
 
 
-def model_call(agent: str, seconds: float, tokens_in: int = 0, tokens_out: int = 0) -> None:
-    """One model call finished (or failed) after `seconds`, reporting these token counts."""
+def model_call(agent: str, seconds: float, tokens_in: int = 0, tokens_out: int = 0, *, model: str = "") -> None:
+    """One model call finished (or failed) after `seconds`, reporting these token counts;
+    `model` is the model that answered (empty for a call that failed)."""
     MODEL_SECONDS.observe(seconds)
     if tokens_in:
-        TOKENS.labels(agent, "in").inc(tokens_in)
+        TOKENS.labels(agent, model, "prompt").inc(tokens_in)
     if tokens_out:
-        TOKENS.labels(agent, "out").inc(tokens_out)
+        TOKENS.labels(agent, model, "completion").inc(tokens_out)
     usage = _USAGE.get()
     if usage is not None:
         usage.calls += 1
         usage.seconds += seconds
         usage.tokens_in += tokens_in
         usage.tokens_out += tokens_out
+        if model:
+            usage.model = model
+
+
+def answered_by() -> str:
+    """The model that gave the current turn's latest answer ("" when none did yet)."""
+    usage = _USAGE.get()
+    return usage.model if usage is not None else ""

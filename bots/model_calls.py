@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Protocol
 
+from botweave.failover import classify
+
 
 @dataclass(frozen=True, slots=True)
 class CallPart:
@@ -47,11 +49,29 @@ class ModelOutput:
 
 class ModelCallFailed(RuntimeError):
     """A model call that failed where the caller cannot see the original exception (another
-    process); `kind` is the original's type name, the message its text."""
+    process); `kind` is the original's type name, the message its text, and `status`,
+    `retry_after` and `code` what choosing the next model reads of it (botweave.failover)."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(detail)
         self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.code = code
+
+
+def failure_fields(exc: BaseException, limit: int) -> tuple[str, str, int | None, float | None, str | None]:
+    """What of a failure crosses to another process: `ModelCallFailed`'s arguments."""
+    failure = classify(exc)
+    code = getattr(exc, "code", None)
+    return failure.name, str(exc)[:limit], failure.status, failure.retry_after, code if isinstance(code, str) else None
 
 
 class ModelCalls(Protocol):
@@ -142,8 +162,13 @@ class LitellmCalls:
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
         litellm = await load_litellm()
         response = await litellm.acompletion(**asking_for_usage(request))
+        finished = False
         async for chunk in response:
+            finished = finished or bool(chunk.choices and getattr(chunk.choices[0], "finish_reason", None))
             yield piece_of(chunk)
+        if not finished:
+            # a stream cut short is a failure, not a short answer (the next model may answer)
+            raise ModelCallFailed("APIConnectionError", "the stream ended before the model said it was finished")
 
 
 def piece_of(chunk: Any) -> ModelOutput:

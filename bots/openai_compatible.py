@@ -58,10 +58,13 @@ MAX_DETAIL = 500
 class ModelAPIError(RuntimeError):
     """A model call that failed; `status` is the HTTP status when the server answered."""
 
-    def __init__(self, detail: str, *, status: int | None = None, retry_after: float | None = None) -> None:
+    def __init__(
+        self, detail: str, *, status: int | None = None, retry_after: float | None = None, code: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.retry_after = retry_after
+        self.code = code
 
 
 class BadRequestError(ModelAPIError):
@@ -129,14 +132,19 @@ def error_for(status: int, body: bytes, headers: Any = None) -> ModelAPIError:
         parsed = json.loads(body)
     except ValueError:
         parsed = None
+    code = None
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed)
         if isinstance(error, dict) and error.get("message"):
             detail = str(error["message"])
         elif isinstance(error, str):
             detail = error
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            code = error["code"]
     kind = _BY_STATUS.get(status) or (InternalServerError if status >= 500 else ModelAPIError)
-    return kind(f"{detail[:MAX_DETAIL] or 'no detail'} (HTTP {status})", status=status, retry_after=_retry_after(headers))
+    return kind(
+        f"{detail[:MAX_DETAIL] or 'no detail'} (HTTP {status})", status=status, retry_after=_retry_after(headers), code=code
+    )
 
 
 def _retry_after(headers: Any) -> float | None:

@@ -16,6 +16,21 @@ from dataclasses import dataclass, field
 from botweave.replies import chunk_text
 from botweave.types import LengthUnit, MessageActionResult
 
+
+class Rewind(str):
+    """A streamed delta that takes words back: the text streamed so far is cut to its first
+    `keep` characters (the model that was speaking failed mid-answer, and the next one's
+    answer is written in their place). It is an empty string, so a reader that does not know
+    it adds nothing."""
+
+    keep: int
+
+    def __new__(cls, keep: int) -> Rewind:
+        rewind = super().__new__(cls, "")
+        rewind.keep = keep
+        return rewind
+
+
 SendFn = Callable[[str, int], Awaitable[MessageActionResult]]  # (text, message index) -> result
 EditFn = Callable[[str, str], Awaitable[MessageActionResult]]  # (message_id, text)
 DeleteFn = Callable[[str], Awaitable[MessageActionResult]]  # (message_id)

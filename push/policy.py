@@ -53,6 +53,8 @@ class NotificationCategory(str, Enum):
     HUMAN_MENTIONED = "human_mentioned"
     SCHEDULED_TASK_FAILED = "scheduled_task_failed"
     BACKGROUND_TASK_FAILED = "background_task_failed"
+    MODEL_FAILED = "model_failed"
+    BUDGET = "budget"
 
     @classmethod
     def parse(cls, value: NotificationCategory | str) -> NotificationCategory:

@@ -55,6 +55,8 @@ class App(LiveParts):
         self.asks = parts.asks
         self.memory = parts.memory
         self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
+        #: Fallbacks, cool-downs, budgets and usage around every model call.
+        self.models = parts.guard
         self.ops: OpsServer | None = None
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
         self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
@@ -154,6 +156,7 @@ class App(LiveParts):
             await self.model_processes.close()
         if self.model_clients is not None:
             await self.model_clients.close()
+        await self.models.close()
         await self.store.close()
         if self.ops is not None:
             await self.ops.stop()

@@ -29,6 +29,7 @@ from botweave.media.reader import MediaStep
 from botweave.memory import Links, MemoryCommands, MemoryKeeper, memory_tools
 from botweave.model_calls import ModelCalls
 from botweave.model_clients import ModelClients
+from botweave.model_guard import GuardSettings, ModelGuard
 from botweave.policies.access_control import PAIR_HELP, PAIR_USAGE, AccessControl
 from botweave.policies.admission import Admission, AdmissionLimits, AdmissionStep
 from botweave.policies.approvals import ApprovalDesk
@@ -58,6 +59,7 @@ from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn
+from botweave.runtime.usage import USAGE_ARGS, USAGE_HELP, UsageCommand
 from botweave.store import MemoryStore, Patience, PatientStore, Store, open_store
 from botweave.store.patient import backend
 from botweave.store.redis import RedisStore
@@ -80,6 +82,8 @@ class Lasting:
     model_processes: ModelProcesses | None
     model_clients: ModelClients | None
     calls: ModelCalls
+    #: Fallbacks, cool-downs and budgets around every model call.
+    guard: ModelGuard
     history: History
     platforms: Platforms
     delivery: Delivery
@@ -137,12 +141,22 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     # several workers share one budget through the store
     admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
     control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
+
+    async def alert(category: str, platform: str | None, headline: str, text: str) -> None:
+        names = [platform] if platform else list(platforms.adapters)
+        owners = [f"{name}:{owner}" for name in names if (owner := await access.owner_of(name))]
+        if owners:
+            await notices.owner_alert(category, owners, headline, text)
+
+    # cool-downs are read from the store before each call where other workers share it
+    guard = ModelGuard(kept, shared=isinstance(backend(kept), RedisStore), alert=alert)
     BuiltinCommands(commands, live, history, life.uptime).register()
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
     commands.register("stop", control.stop_command, help=STOP_HELP)
     memory = MemoryKeeper(kept, {name: agent.memory for name, agent in config.agents.items()})
     MemoryCommands(memory, Links(kept)).register(commands)
+    commands.register("usage", UsageCommand(guard, access.owner_of), help=USAGE_HELP, args=USAGE_ARGS)
     handling = Handling(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
         control=control, buttons=buttons, approvals=approvals, asks=asks,
@@ -150,7 +164,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
-        calls=made,
+        calls=made, guard=guard,
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, asks=asks, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
@@ -163,7 +177,12 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     and schedules begin when the generation goes live (`App.start`, or a reload)."""
     kept, ttl = lasting.store, config.store.dedup_ttl_seconds
     notices, platforms, delivery, targets = lasting.notices, lasting.platforms, lasting.delivery, lasting.targets
-    agents = {name: Agent(name, section, calls=lasting.calls) for name, section in config.agents.items()}
+    lasting.guard.configure(
+        GuardSettings(config.models.max_cooldown_seconds, config.models.max_wait_seconds), config.budgets
+    )
+    agents = {
+        name: Agent(name, section, calls=lasting.calls, guard=lasting.guard) for name, section in config.agents.items()
+    }
     router = Router(config.routes, default_agent=next(iter(agents)))
     target_rule = MessageTargetRule(
         lasting.access, platforms.bot_config,

@@ -286,6 +286,7 @@ def _check(path: str | None) -> int:
     from botweave.config import ConfigError
     from botweave.runtime.config import unroutable_models
     from botweave.runtime.dump import dump_config
+    from botweave.runtime.usage import unpriced_models
     from botweave.store import StoreUnavailable, open_store, redact_url
 
     config = _load(path)
@@ -294,6 +295,9 @@ def _check(path: str | None) -> int:
         raise ConfigError(unroutable)
     enabled = config.enabled_platforms()
     verdict = [f"# platforms that would start: {', '.join(enabled) or 'none'}"]
+    unpriced = unpriced_models(config)
+    if unpriced:
+        verdict.append(f"# no known price (budgets count their tokens only; give the agent a `price:`): {', '.join(unpriced)}")
     code = 0
     if config.store.url.startswith("memory://"):
         verdict.append("# store: memory:// (state is lost when the bot stops)")

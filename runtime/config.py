@@ -22,6 +22,7 @@ from typing import Annotated, Any, Optional
 
 import platformdirs
 import yaml
+from botweave.budgets import BudgetsConfig
 from botweave.config import (
     AgentConfig,
     BotConfig,
@@ -121,6 +122,12 @@ class ModelsConfig(Section):
     processes: Annotated[int, Field(ge=0, le=32)] = 0
     """Helper processes that prepare requests and read answers on other cores; 0: in the bot's
     own process."""
+    max_cooldown_seconds: Annotated[float, Field(gt=0)] = 300.0
+    """The longest a model or key rests after a rate limit or an overload (its `Retry-After`,
+    else 5 s doubling with each one in a row), in seconds."""
+    max_wait_seconds: Annotated[float, Field(ge=0)] = 20.0
+    """How long a turn waits for a resting model to come back when every candidate rests;
+    longer, and the person is told when to try again."""
 
 
 class AgentSection(AgentMemory, AgentMedia, AgentNetwork, AgentTools, AgentConfig):
@@ -161,6 +168,8 @@ class Config(Section):
     """The operator's endpoints: metrics and health checks."""
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     """How model calls are made."""
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)
+    """Daily limits of tokens and cost, per person, agent and chat."""
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     """The WebSocket gateway: the browser UI, the `web` platform and clients of the protocol in
     any language."""
@@ -228,6 +237,11 @@ class Config(Section):
             if schedule.agent not in self.agents:
                 problems.append(
                     problem(("schedules", name, "agent"), f"unknown agent {schedule.agent!r}; defined agents: {agents}")
+                )
+        for name in self.budgets.per_agent:
+            if name not in self.agents:
+                problems.append(
+                    problem(("budgets", "per_agent", name), f"unknown agent {name!r}; defined agents: {agents}")
                 )
         problems += self._network_problems()
         problems += self._tool_problems()

@@ -173,7 +173,8 @@ def _distinct_models(config: Config) -> Iterable[tuple[str, Any]]:
 async def _model(name: str, agent: Any, client: ClientChoice) -> Check:
     """One tiny request, made by the client the bot would make it with (`models.client`)."""
     label = f"model {agent.model} (agent {name})"
-    secret = agent.api_key.get_secret_value() if agent.api_key is not None else None
+    keys = [agent.api_key] if agent.api_key is not None else list(agent.api_keys)
+    secret = keys[0].get_secret_value() if keys else None  # with api_keys: the first
     request: dict[str, Any] = {
         "model": agent.model,
         "messages": [{"role": "user", "content": "Reply with the word ok."}],

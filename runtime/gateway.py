@@ -26,6 +26,7 @@ from botweave.methods import Caller, MethodRegistry, NoParams
 from botweave.policies.approvals import mask_arguments
 from botweave.runtime.config import Config
 from botweave.runtime.steps import Watch
+from botweave.runtime.usage import register_usage_method
 from botweave.store import Store
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
     MemoryMethods(app.memory).register(registry)
     if app.rooms is not None:
         app.rooms.register_methods(registry)
+    register_usage_method(registry, app.models)
     registry.register(
         "config.reload", partial(_reload, reloads), scope="admin",
         help="read bot.yaml again and apply it in place (checked first: a refused file changes nothing)",

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, cast
 
-from botweave.model_calls import ModelOutput
+from botweave.model_calls import ModelOutput, failure_fields
 from botweave.model_clients import ClientChoice, ModelClients
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.model_processes import frame, read_frame
@@ -126,7 +126,7 @@ class Host:
             self.running.pop(call, None)
 
     def _failed(self, call: int, exc: Exception) -> None:
-        self.writer.write(frame((call, "failed", (type(exc).__name__, str(exc)[:MAX_DETAIL]))))
+        self.writer.write(frame((call, "failed", failure_fields(exc, MAX_DETAIL))))
 
 
 async def serve(fd: int, client: ClientChoice) -> None:

@@ -69,6 +69,11 @@ class Notices:
                 NotificationCategory.SCHEDULED_TASK_FAILED, [owner], f"Schedule {name}: {detail}", identity=f"schedule {name}"
             )
 
+    async def owner_alert(self, category: str, owners: list[str], headline: str, text: str) -> None:
+        """A model refused its key, or a budget is spent: the owners hear of it (`model_failed`,
+        `budget`); `headline` names no person, so it is what a lock screen may show."""
+        await self._notifier.notify(NotificationCategory.parse(category), owners, text, identity=headline)
+
     async def flush_digests(self, stopping: asyncio.Event) -> None:
         """Send the digests that are due, every `DIGEST_FLUSH_SECONDS`, until `stopping`."""
         while not stopping.is_set():

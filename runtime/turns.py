@@ -36,6 +36,7 @@ from botweave.delivery import Delivered, Prepared, ReplyChannel
 from botweave.events import ConversationEvents, RunEvents
 from botweave.files import markers_for, message_text
 from botweave.metrics import TURN_SECONDS, TURNS, counting_usage
+from botweave.model_guard import CallRefused
 from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.store import Operation, Put, Store
 from botweave.tasks import spawn
@@ -89,7 +90,7 @@ def _reporting(conversation: str, agent: Agent) -> Iterator[_Report]:
             fields = {
                 "conversation": conversation,
                 "agent": agent.name,
-                "model": agent.model,
+                "model": usage.model or agent.model,  # the model that answered: a fallback, perhaps
                 "outcome": report.outcome,
                 "latency_ms": round(seconds * 1000),
                 "tokens_in": usage.tokens_in,
@@ -325,7 +326,7 @@ class AgentTurn:
             if reply.can_stream():
                 delivered = await reply.stream_text(
                     agent.stream(earlier, content, tools, images=images),
-                    model=agent.model,
+                    model=lambda: tools.model or agent.model,
                     elapsed=lambda: time.monotonic() - started,
                     tools=tools.used,
                 )
@@ -344,7 +345,7 @@ class AgentTurn:
                     prepared: Prepared | None = Prepared("", ())  # only pictures: nothing to say in words
                 else:
                     prepared = await reply.prepare(
-                        text, model=agent.model, seconds=time.monotonic() - started, tools=tools.used
+                        text, model=tools.model or agent.model, seconds=time.monotonic() - started, tools=tools.used
                     )
                 if prepared is None:
                     return await self._cancelled(reply, Delivered(cancelled=True))
@@ -357,6 +358,12 @@ class AgentTurn:
                 delivered = await reply.deliver(prepared)
                 if images and not prepared.silent:
                     await self._send_images(reply, images, delivered)
+        except CallRefused as exc:  # over budget, or every model resting: the person is told why
+            log.warning("%s", exc)
+            told = await reply.send_text(exc.notice, purpose="notice") if exc.notice else Delivered()
+            if reply.run is not None:
+                await reply.run.error(exc.notice or str(exc))
+            return TurnOutcome(TurnStatus.AGENT_ERROR, told, detail=str(exc))
         except AgentError as exc:
             log.error("%s", exc)
             apology = await reply.send_text(MISCONFIGURED_APOLOGY if exc.misconfigured else APOLOGY, purpose="apology")

@@ -69,4 +69,6 @@ async def test_http_error_from_the_model_becomes_an_apology(llm, client):
     outcome = await app.handle(message("hi"))
     assert outcome.status == "agent_error"
     assert adapter.texts() and adapter.texts()[0].startswith("Sorry")
-    assert len(llm.exchanges) == 3  # the first try and two more, as the OpenAI SDK makes them
+    # a 500 may be passing: asked once more after a pause, then the turn fails (the agent has
+    # no other model to ask)
+    assert len(llm.exchanges) == 2

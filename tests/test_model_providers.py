@@ -117,17 +117,17 @@ def turn_lines() -> Iterator[TurnLines]:
 
 
 async def tokens_counted(port: int, agent: str) -> tuple[float, float]:
-    """`botweave_tokens_total` for `agent` (in, out), read from /metrics as a scraper would."""
+    """`botweave_tokens_total` for `agent` (prompt, completion), read from /metrics as a scraper would."""
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
             text = await response.text()
     found = {
-        sample.labels["direction"]: sample.value
+        sample.labels["kind"]: sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
         if sample.name == "botweave_tokens_total" and sample.labels.get("agent") == agent
     }
-    return found.get("in", 0.0), found.get("out", 0.0)
+    return found.get("prompt", 0.0), found.get("completion", 0.0)
 
 
 async def weather_turn(

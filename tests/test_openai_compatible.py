@@ -12,6 +12,7 @@ from botweave.agents import Agent, AgentError
 from botweave.config import AgentConfig
 from botweave.model_calls import litellm_module
 from botweave.model_clients import ModelClients
+from botweave.model_guard import GuardSettings, ModelGuard, ModelsResting
 from botweave.openai_compatible import OpenAICompatible
 from botweave.runtime.config import load_config
 from botweave.tooling import Tool
@@ -109,12 +110,19 @@ async def test_a_rate_limit_is_waited_out_as_the_server_asks(llm):
     assert llm.exchanges[1].arrived - llm.exchanges[0].arrived >= 0.045
 
 
-async def test_a_server_that_keeps_failing_fails_the_call_after_two_more_tries(llm):
+async def test_a_server_that_keeps_failing_rests_and_the_person_is_told_when_to_come_back(llm):
+    """A 503 cools the model down (5 s without a Retry-After); an agent with no other model
+    does not wait longer than `max_wait_seconds` for it, and is not asked in the meantime."""
     llm.fail_with = 503
-    with pytest.raises(AgentError, match="ServiceUnavailableError"):
-        async for _ in agent_for(llm).stream([], "hi"):
+    agent = agent_for(llm)
+    agent.guard = ModelGuard(settings=GuardSettings(max_wait_seconds=1.0))
+    with pytest.raises(ModelsResting, match="cooled down until") as resting:
+        async for _ in agent.stream([], "hi"):
             pass
-    assert [e.status for e in llm.exchanges] == [503, 503, 503]
+    assert resting.value.notice is not None and "try again after" in resting.value.notice
+    with pytest.raises(ModelsResting):
+        await agent.complete([], "again")
+    assert [e.status for e in llm.exchanges] == [503], "a resting model gets no request"
 
 
 async def test_a_model_slower_than_the_timeout_is_a_timeout(llm):
@@ -146,7 +154,11 @@ async def test_a_stream_cut_before_its_finish_is_a_failure_not_a_short_answer():
                 pieces.append(piece)
     finally:
         await cut.stop()
-    assert pieces == ["Half an "]
+    # asked once more after a pause (a broken stream may be passing); each time the words
+    # shown are taken back (`Rewind` to nothing), since no answer followed them
+    assert pieces == ["Half an ", "", "Half an ", ""]
+    assert [getattr(piece, "keep", None) for piece in pieces] == [None, 0, None, 0]
+    assert len(cut.exchanges) == 2
 
 
 async def test_openai_itself_needs_a_key(monkeypatch):

@@ -104,8 +104,8 @@ async def test_metrics_move_as_the_traffic_did(
     assert delta("botweave_outbound_total", platform="telegram", action="send", result="failed") == 1
     assert 1.0 <= delta("botweave_rate_limit_wait_seconds_total", platform="telegram") < 5.0
     # the scripted usage twice, then whatever the emulator estimated for the third
-    assert delta("botweave_tokens_total", agent="assistant", direction="in") > 2 * USAGE["prompt_tokens"]
-    assert delta("botweave_tokens_total", agent="assistant", direction="out") > 2 * USAGE["completion_tokens"]
+    assert delta("botweave_tokens_total", agent="assistant", model="openai/gpt-emu", kind="prompt") > 2 * USAGE["prompt_tokens"]
+    assert delta("botweave_tokens_total", agent="assistant", model="openai/gpt-emu", kind="completion") > 2 * USAGE["completion_tokens"]
     assert value(after, "botweave_queue_depth") == 0
     for name in ("botweave_tool_calls_total", "botweave_rate_limit_wait_seconds_total", "botweave_store_errors_total"):
         assert f"# TYPE {name} counter" in text, name

@@ -56,6 +56,25 @@ async def test_counters(store):
     assert await store.get("n") == "6"
 
 
+async def test_many_values_are_read_at_once_in_order(store):
+    await store.set("a", "1")
+    await store.set("c", "3")
+    await store.incr("n", 4)
+    assert await store.get_many(["a", "b", "c", "n"]) == ["1", None, "3", "4"]
+    assert await store.get_many([]) == []
+
+
+async def test_many_counters_are_added_at_once_and_expire_from_their_creation(store):
+    await store.incr_many({"x": (2, 0.3), "y": (5, None)})
+    await store.incr_many({"x": (3, 60), "y": (1, None)})
+    assert await store.get_many(["x", "y"]) == ["5", "6"]
+    await asyncio.sleep(0.45)
+    # the first call's time to live holds: adding to a counter does not extend it
+    assert await store.get_many(["x", "y"]) == [None, "6"]
+    await store.incr_many({"x": (1, 60)})
+    assert await store.get("x") == "1"
+
+
 async def test_lists_append_trim_and_range(store):
     await store.list_append("l", "a", "b", "c")
     await store.list_append("l", "d", max_len=3)

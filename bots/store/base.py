@@ -22,7 +22,7 @@ what anyone appends (`log_feed`), so one process can serve the events every proc
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -132,6 +132,17 @@ class Store(ABC):
     @abstractmethod
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         """Add to a counter; `ttl` is set when the counter is created."""
+
+    async def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        """The values of `keys`, in order (None for a missing one), in one round trip where
+        the backend can: a model call reads its cool-downs and budget counters this way."""
+        return [await self.get(key) for key in keys]
+
+    async def incr_many(self, amounts: Mapping[str, tuple[int, float | None]]) -> None:
+        """Add to several counters at once: key → (amount, ttl set when the counter is
+        created). One round trip where the backend can; usage is counted this way."""
+        for key, (amount, ttl) in amounts.items():
+            await self.incr(key, amount, ttl=ttl)
 
     @abstractmethod
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,17 @@ class MemoryStore(Store):
         value = int(entry.value) + amount
         entry.value = str(value)
         return value
+
+    async def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        found: list[str | None] = []
+        for key in keys:
+            entry = self._live(key)
+            found.append(None if entry is None or not isinstance(entry.value, str) else entry.value)
+        return found
+
+    async def incr_many(self, amounts: Mapping[str, tuple[int, float | None]]) -> None:
+        for key, (amount, ttl) in amounts.items():
+            await self.incr(key, amount, ttl=ttl)
 
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
         self._append(key, values, max_len)

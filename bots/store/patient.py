@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from botweave.store.base import CappedSet, LogFeed, LogSlice, Operation, Store, StoreOutage
@@ -159,6 +159,12 @@ class PatientStore(Store):
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         return await self._patiently(lambda: self.inner.incr(key, amount, ttl=ttl))
+
+    async def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        return await self._patiently(lambda: self.inner.get_many(keys))
+
+    async def incr_many(self, amounts: Mapping[str, tuple[int, float | None]]) -> None:
+        await self._patiently(lambda: self.inner.incr_many(amounts))
 
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
         await self._patiently(lambda: self.inner.list_append(key, *values, max_len=max_len))

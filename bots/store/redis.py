@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from botweave.metrics import STORE_ERRORS
@@ -46,6 +46,19 @@ if tonumber(value) == tonumber(ARGV[1]) and tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return value
+"""
+
+# Adds ARGV[i] to KEYS[i]; a counter without an expiry gets ARGV[n + i] milliseconds (0: none).
+_INCR_MANY = """
+local n = #KEYS
+for i = 1, n do
+  redis.call('INCRBY', KEYS[i], ARGV[i])
+  local ttl = tonumber(ARGV[n + i])
+  if ttl > 0 and redis.call('PTTL', KEYS[i]) == -1 then
+    redis.call('PEXPIRE', KEYS[i], ttl)
+  end
+end
+return n
 """
 
 _WINDOW_ADD = """
@@ -286,6 +299,7 @@ class RedisStore(Store):
         )
         self._redis: Any = _counting_client(pool)
         self._incr = self._redis.register_script(_INCR)
+        self._incr_many = self._redis.register_script(_INCR_MANY)
         self._window = self._redis.register_script(_WINDOW_ADD)
         self._capped = self._redis.register_script(_SET_IF_ABSENT_CAPPED)
         self._commit = self._redis.register_script(_COMMIT)
@@ -351,6 +365,20 @@ class RedisStore(Store):
     @_outages
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
         return int(await self._incr(keys=[self._k(key)], args=[amount, _ms(ttl) or 0]))
+
+    @_outages
+    async def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        if not keys:
+            return []
+        return list(await self._redis.mget([self._k(key) for key in keys]))
+
+    @_outages
+    async def incr_many(self, amounts: Mapping[str, tuple[int, float | None]]) -> None:
+        if not amounts:
+            return
+        keys = [self._k(key) for key in amounts]
+        args = [amount for amount, _ in amounts.values()] + [_ms(ttl) or 0 for _, ttl in amounts.values()]
+        await self._incr_many(keys=keys, args=args)
 
     @_outages
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -405,17 +405,27 @@ class SQLiteStore(Store):
         await self._do(run, write=True)
 
     async def incr(self, key: str, amount: int = 1, *, ttl: float | None = None) -> int:
-        def run(db: Db) -> int:
-            rows = _rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
-            if rows and (rows[0][1] is None or rows[0][1] > self.clock()):
-                value = int(rows[0][0]) + amount
-                db.execute("UPDATE kv SET value = ? WHERE key = ?", (str(value), key))
-            else:
-                value = amount
-                self._put(db, key, str(value), ttl)
-            return value
+        return await self._do(lambda db: self._incr(db, key, amount, ttl), write=True)
 
-        return await self._do(run, write=True)
+    def _incr(self, db: Db, key: str, amount: int, ttl: float | None) -> int:
+        rows = _rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
+        if rows and (rows[0][1] is None or rows[0][1] > self.clock()):
+            value = int(rows[0][0]) + amount
+            db.execute("UPDATE kv SET value = ? WHERE key = ?", (str(value), key))
+        else:
+            value = amount
+            self._put(db, key, str(value), ttl)
+        return value
+
+    async def get_many(self, keys: Sequence[str]) -> list[str | None]:
+        return await self._do(lambda db: [self._live_value(db, key) for key in keys], write=False)
+
+    async def incr_many(self, amounts: Mapping[str, tuple[int, float | None]]) -> None:
+        def run(db: Db) -> None:
+            for key, (amount, ttl) in amounts.items():
+                self._incr(db, key, amount, ttl)
+
+        await self._do(run, write=True)
 
     async def list_append(self, key: str, *values: str, max_len: int | None = None) -> None:
         await self._do(lambda db: self._append(db, key, values, max_len), write=True)

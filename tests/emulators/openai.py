@@ -33,7 +33,7 @@ import json
 import math
 import secrets
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -105,6 +105,25 @@ class Reply:
     #: (the shape image-generating models have through OpenAI-compatible APIs), or streamed in
     #: one delta before the finish.
     images: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+#: The failures `OpenAIEmulator.fail` can make a model (or one of its keys) answer with.
+FAULTS = ("429", "503", "cut", "context", "400", "401")
+
+
+@dataclass
+class Fault:
+    """How one model (or one model with one key) fails: `kind` is one of FAULTS; `times`
+    None fails every request, a number only that many; `retry_after` is sent as the
+    `Retry-After` header (seconds or an HTTP date) with a 429 or 503."""
+
+    kind: str
+    retry_after: str | None = None
+    times: int | None = None
+    #: Requests answered normally before the failures begin.
+    after: int = 0
+    #: What a cut stream says before it breaks off.
+    words: str = "These words never finish"
 
 
 ToolCallSpec = Union[ToolCall, dict[str, Any], tuple[str, Any]]
@@ -264,9 +283,78 @@ class OpenAIEmulator(ReplyScript):
         self.violations: list[str] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        #: Failures by (model, key): key None fails the model whatever key is used.
+        self.faults: dict[tuple[str, str | None], Fault] = {}
+        #: Every chat request by (model as sent, key as sent; "" without one), failed or not.
+        self.counts: Counter[tuple[str, str]] = Counter()
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.base_url = ""
+
+    # --- failures per model and key ------------------------------------------------------
+
+    def fail(self, model: str, kind: str, *, key: str | None = None, retry_after: str | float | None = None,
+             times: int | None = None, after: int = 0) -> None:
+        """Make `model` (the name as sent, `openai/` left off) fail with `kind` (see FAULTS),
+        for every key or only `key`, after answering `after` requests normally."""
+        if kind not in FAULTS:
+            raise ValueError(f"unknown fault {kind!r}; one of {FAULTS}")
+        self.faults[(model, key)] = Fault(kind, None if retry_after is None else str(retry_after), times, after=after)
+
+    def heal(self, model: str | None = None) -> None:
+        """Stop failing `model` (every model when None)."""
+        for entry in [entry for entry in self.faults if model is None or entry[0] == model]:
+            del self.faults[entry]
+
+    def count(self, model: str | None = None, key: str | None = None) -> int:
+        """Requests that reached this server for `model` and/or `key` (None: any)."""
+        return sum(n for (m, k), n in self.counts.items() if (model is None or m == model) and (key is None or k == key))
+
+    def _fault_for(self, model: str, key: str) -> Fault | None:
+        for entry in ((model, key), (model, None)):
+            fault = self.faults.get(entry)
+            if fault is None:
+                continue
+            if fault.after > 0:
+                fault.after -= 1
+                continue
+            if fault.times is not None:
+                if fault.times <= 0:
+                    continue
+                fault.times -= 1
+            return fault
+        return None
+
+    async def _faulty(self, request: web.Request, body: dict[str, Any], fault: Fault) -> web.StreamResponse:
+        headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
+        if fault.kind == "429":
+            return self._error(429, "Rate limit reached for requests", "requests", code="rate_limit_exceeded",
+                               headers=headers)
+        if fault.kind == "503":
+            return self._error(503, "The server is overloaded or not ready yet.", "server_error", headers=headers)
+        if fault.kind == "context":
+            return self._error(
+                400, "This model's maximum context length is 16385 tokens. However, your messages resulted in "
+                "20112 tokens. Please reduce the length of the messages.", "invalid_request_error",
+                param="messages", code="context_length_exceeded",
+            )
+        if fault.kind == "400":
+            return self._error(400, "Invalid value for 'temperature': must be between 0 and 2.", "invalid_request_error",
+                               param="temperature", code=None)
+        if fault.kind == "401":
+            return self._error(401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+        # a cut: words, then the connection ends without a finish reason
+        model = str(body.get("model", "emulated"))
+        if not body.get("stream"):
+            return web.Response(body=b'{"id": "chatcmpl-emu", "choi', content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(self._chunk(model, {"role": "assistant", "content": ""}, None))
+        for word in fault.words.split(" "):
+            await response.write(self._chunk(model, {"content": word + " "}, None))
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -470,9 +558,17 @@ class OpenAIEmulator(ReplyScript):
         self.requests.append(body)
         exchange = Exchange(index, body, time.monotonic())
         self.exchanges.append(exchange)
+        model = str(body.get("model", ""))
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.counts[(model, key)] += 1
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            fault = self._fault_for(model, key) if self.faults else None
+            if fault is not None:
+                response = await self._faulty(request, body, fault)
+                exchange.status = response.status
+                return response
             return await self._answer(request, body, exchange)
         finally:
             self.in_flight -= 1
