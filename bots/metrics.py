@@ -172,3 +172,8 @@ def model_call(agent: str, seconds: float, tokens_in: int = 0, tokens_out: int =
         usage.seconds += seconds
         usage.tokens_in += tokens_in
         usage.tokens_out += tokens_out
+TRACE_SPANS_DROPPED = Counter(
+    "botweave_trace_spans_dropped_total",
+    "Trace spans that could not be exported (the collector down, slow or refusing); turns never wait for it",
+    registry=REGISTRY,
+)

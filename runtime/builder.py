@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from botweave.agents import Agent, History
 from botweave.buttons import ButtonBook
@@ -63,6 +64,9 @@ from botweave.targets import Targets
 from botweave.tasks import TaskOwner
 from botweave.tools import ToolServices, Toolsets
 
+if TYPE_CHECKING:  # the tracer's module imports OpenTelemetry: only where tracing is configured
+    from botweave.runtime.tracing import OtelTracer
+
 
 @dataclass(frozen=True)
 class Lasting:
@@ -94,6 +98,8 @@ class Lasting:
     #: Conversation events, published everywhere things happen; None without a gateway.
     events: ConversationEvents | None
     live: Live
+    #: One trace per turn, when `ops.tracing` is configured.
+    tracer: OtelTracer | None = None
 
 
 def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
@@ -115,6 +121,11 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     events = conversation_events(config, kept)
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
+    tracer = _tracer(config, role)
+    if tracer is not None:
+        from botweave.runtime.tracing import TracedCalls
+
+        made = TracedCalls(made, tracer)
     history = History(kept)
     platforms = Platforms(config, events, kept)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
@@ -145,7 +156,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
-        live=live,
+        live=live, tracer=tracer,
     )
 
 
@@ -175,6 +186,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         schedules = AgentSchedules(
             config.schedules, agents=agents, history=lasting.history, delivery=delivery, targets=targets,
             locks=lasting.locks, bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
+            traced=lasting.tracer.run if lasting.tracer is not None else None,
         )
     turn = AgentTurn(
         agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events
@@ -195,6 +207,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         stale=lasting.control.stale_step,
         turn=turn,
         watch=watch_step(lasting.events),
+        decided=lasting.tracer.decided if lasting.tracer is not None else None,
     )
     return Generation(
         config=config, agents=agents, router=router, tools=tools, outgoing=outgoing, notifier=notifier,
@@ -216,6 +229,14 @@ def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | 
         return processes, None, processes
     clients = ModelClients(models.client)
     return None, clients, clients
+
+
+def _tracer(config: Config, role: Role) -> OtelTracer | None:
+    if config.ops.tracing is None:
+        return None
+    from botweave.runtime.tracing import OtelTracer
+
+    return OtelTracer(config.ops.tracing, role=role)
 
 
 def _tools(config: Config, agents: dict[str, Agent], services: ToolServices, store: Store) -> Toolsets:

@@ -1,0 +1,224 @@
+"""OpenTelemetry traces, when `ops.tracing` is configured: one trace per turn.
+
+The tracer here is the kernel's `Tracer` made of the OpenTelemetry SDK, on a provider of its
+own (the program's global provider, if it has one, is left alone). A turn's trace starts at
+intake: `intake` opens the root span and writes its context into the message's metadata,
+which travels with it through the journal or the Redis stream, so the worker that answers
+(`turn`) continues the same trace. Within a turn the kernel's spans (tools, delivery) and the
+ones made here (model calls, the pipeline step that decided) nest by OpenTelemetry's own
+context. Spans leave through a batch processor on its own thread: a collector that is down
+or slow costs a turn nothing, and what could not be exported is counted, not retried.
+
+Nothing here is imported unless tracing is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from botweave import tracing
+from botweave.metrics import TRACE_SPANS_DROPPED
+from botweave.model_calls import ModelCalls, ModelOutput
+from botweave.pipeline import Inbound, TurnOutcome
+from botweave.runtime.config import TracingConfig
+from botweave.types import BotMessage, PlatformEvent
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger(__name__)
+
+#: Where a message carries its trace's context (W3C traceparent) from intake to its turn.
+META_TRACE = "traceparent"
+#: Seconds one export may take; the batch thread then drops the batch.
+EXPORT_TIMEOUT_S = 5.0
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class _CountingExporter(SpanExporter):
+    """The OTLP exporter, with what it failed to export counted."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # noqa: BLE001 - the batch thread's one boundary: count, never raise
+            log.debug("tracing: export failed: %s", type(exc).__name__)
+            result = SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            TRACE_SPANS_DROPPED.inc(len(spans))
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class _Span:
+    """The kernel's `Span` over an OpenTelemetry span."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: trace.Span) -> None:
+        self._span = span
+
+    def set(self, key: str, value: tracing.AttributeValue) -> None:
+        self._span.set_attribute(key, value)
+
+    def fail(self, error_type: str) -> None:
+        self._span.set_attribute("error.type", error_type)
+        self._span.set_status(Status(StatusCode.ERROR))
+
+
+class OtelTracer:
+    """The kernel's `Tracer`, exporting over OTLP/HTTP; see the module docstring."""
+
+    def __init__(self, config: TracingConfig, *, role: str = "all") -> None:
+        resource = Resource.create({"service.name": config.service_name, "botweave.role": role})
+        self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+        exporter = OTLPSpanExporter(
+            endpoint=f"{config.endpoint}/v1/traces",
+            headers={name: value.get_secret_value() for name, value in config.headers.items()},
+            timeout=EXPORT_TIMEOUT_S,
+        )
+        self.provider.add_span_processor(BatchSpanProcessor(_CountingExporter(exporter), schedule_delay_millis=1000))
+        self.tracer = self.provider.get_tracer("botweave")
+
+    # --- the kernel's Tracer ----------------------------------------------------------------
+
+    @contextmanager
+    def span(self, name: str, attributes: tracing.Attributes) -> Iterator[tracing.Span]:
+        with self.tracer.start_as_current_span(name, attributes=attributes, record_exception=False,
+                                               set_status_on_exception=False) as span:
+            handle = _Span(span)
+            try:
+                yield handle
+            except BaseException as exc:
+                handle.fail(type(exc).__name__)
+                raise
+
+    def event(self, name: str, attributes: tracing.Attributes) -> None:
+        trace.get_current_span().add_event(name, attributes)
+
+    # --- a turn ---------------------------------------------------------------------------------
+
+    def intake(self, item: BotMessage | PlatformEvent) -> AbstractContextManager[object]:
+        """The root span of an item's trace, its context written into the message."""
+        if not isinstance(item, BotMessage):
+            return tracing.UNTRACED
+        return self._intake(item)
+
+    @contextmanager
+    def _intake(self, msg: BotMessage) -> Iterator[object]:
+        attributes = {"botweave.platform": msg.platform, "botweave.channel_type": msg.channel.channel_type}
+        with self.tracer.start_as_current_span("botweave.intake", attributes=attributes) as span:
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier)
+            if META_TRACE in carrier:
+                msg.metadata[META_TRACE] = carrier[META_TRACE]
+            yield span
+
+    @contextmanager
+    def turn(self, item: BotMessage | PlatformEvent) -> Iterator[tracing.Span | None]:
+        """The span of the item's turn, continuing the trace its intake began (in this
+        process or another); the kernel's spans within it are this tracer's."""
+        if not isinstance(item, BotMessage):
+            yield None
+            return
+        parent = item.metadata.get(META_TRACE)
+        context = _PROPAGATOR.extract({META_TRACE: parent}) if isinstance(parent, str) else None
+        attributes = {"botweave.platform": item.platform, "botweave.channel_type": item.channel.channel_type}
+        token = tracing.CURRENT.set(self)
+        try:
+            with self.tracer.start_as_current_span("botweave.turn", context=context, attributes=attributes,
+                                                   record_exception=False, set_status_on_exception=False) as span:
+                yield _Span(span)
+        finally:
+            tracing.CURRENT.reset(token)
+
+    @contextmanager
+    def run(self, name: str, attributes: tracing.Attributes) -> Iterator[tracing.Span]:
+        """A turn nobody wrote (a schedule's): its own trace."""
+        token = tracing.CURRENT.set(self)
+        try:
+            with self.span(name, attributes) as span:
+                yield span
+        finally:
+            tracing.CURRENT.reset(token)
+
+    def decided(self, step: object, started_ns: int, inbound: Inbound, outcome: TurnOutcome) -> None:
+        """A pipeline step that ended the item's way (a refusal, a command, a room): its span,
+        from when the step began, naming it and why (the pipeline's `decided` observer)."""
+        name = str(getattr(step, "__qualname__", "") or type(step).__name__)
+        span = self.tracer.start_span(
+            "botweave.step",
+            start_time=started_ns,
+            attributes={"botweave.step": name, "botweave.outcome": outcome.status.value,
+                        "botweave.reason": outcome.detail[:200]},
+        )
+        span.end()
+
+    def close(self) -> None:
+        """Export what is queued (briefly: a collector that is down does not hold a stop up)."""
+        self.provider.force_flush(int(EXPORT_TIMEOUT_S * 1000))
+        self.provider.shutdown()
+
+
+def system_of(model: str) -> str:
+    """`gen_ai.system` of a litellm model id: its provider prefix (`openai/gpt-4o` → openai)."""
+    provider, sep, _ = model.partition("/")
+    return provider if sep else "openai"
+
+
+class TracedCalls:
+    """Model calls, each a span with OpenTelemetry's GenAI attributes."""
+
+    def __init__(self, inner: ModelCalls, tracer: OtelTracer) -> None:
+        self.inner = inner
+        self.tracer = tracer
+
+    def __getattr__(self, name: str) -> Any:  # open/close and whatever else the calls offer
+        return getattr(self.inner, name)
+
+    def _span(self, request: dict[str, Any], streamed: bool) -> AbstractContextManager[tracing.Span]:
+        model = str(request.get("model", ""))
+        return self.tracer.span(f"chat {model}", {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.system": system_of(model),
+            "gen_ai.request.model": model,
+            "botweave.streamed": streamed,
+        })
+
+    async def answer(self, request: dict[str, Any]) -> ModelOutput:
+        with self._span(request, False) as span:
+            output = await self.inner.answer(request)
+            _usage(span, request, output)
+            return output
+
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
+        with self._span(request, True) as span:
+            async for piece in self.inner.stream(request):
+                if piece.usage is not None:
+                    _usage(span, request, piece)
+                yield piece
+
+
+def _usage(span: tracing.Span, request: dict[str, Any], output: ModelOutput) -> None:
+    span.set("gen_ai.response.model", str(request.get("model", "")))
+    if output.usage is not None:
+        span.set("gen_ai.usage.input_tokens", output.usage[0])
+        span.set("gen_ai.usage.output_tokens", output.usage[1])
+
