@@ -90,6 +90,8 @@ class Method:
     scope: Scope
     params: type[Params] = field(default=NoParams)
     help: str = ""
+    #: Whether a share (a caller limited to its conversations) may call it.
+    shares: bool = False
 
 
 class MethodRegistry:
@@ -104,14 +106,17 @@ class MethodRegistry:
         scope: Scope | None = None,
         params: type[Params] = NoParams,
         help: str = "",
+        shares: bool = False,
     ) -> None:
         """Add a method; a second registration of one name replaces the first. Without a
-        `scope` the method needs `admin`."""
+        `scope` the method needs `admin`. A share reads its own conversations and nothing
+        else: it may call only methods registered with `shares=True` (which keep it to its
+        conversations themselves), whatever their scope."""
         if not name or not all(part.replace("_", "").isalnum() for part in name.split(".")):
             raise ValueError(f"method names are dotted words (sessions.list), not {name!r}")
         if scope is not None and scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}; scopes: {', '.join(SCOPES)}")
-        self._methods[name] = Method(name, handler, scope or "admin", params, help)
+        self._methods[name] = Method(name, handler, scope or "admin", params, help, shares)
 
     def get(self, name: str) -> Method | None:
         return self._methods.get(name)
@@ -129,7 +134,7 @@ class MethodRegistry:
 
     def allowed(self, caller: Caller) -> list[str]:
         """The methods `caller` may call."""
-        return [m.name for m in self if caller.has(m.scope)]
+        return [m.name for m in self if _may_call(caller, m)]
 
     async def call(self, caller: Caller, name: str, params: Any) -> Any:
         """Run `name` for `caller` with `params` (a mapping, or None for none): the scope is
@@ -137,6 +142,8 @@ class MethodRegistry:
         method = self._methods.get(name)
         if method is None:
             raise MethodError("unknown_method", f"there is no method {name!r}")
+        if caller.conversations is not None and not method.shares:
+            raise MethodError("forbidden", f"a share reads its own conversation only; {name} is not for shares")
         if not caller.has(method.scope):
             raise MethodError("forbidden", f"{name} needs the {method.scope} scope")
         if params is None:
@@ -148,6 +155,10 @@ class MethodRegistry:
         except ValidationError as exc:
             raise MethodError("bad_request", _first_problem(exc)) from None
         return await method.handler(caller, parsed)
+
+
+def _may_call(caller: Caller, method: Method) -> bool:
+    return caller.has(method.scope) and (caller.conversations is None or method.shares)
 
 
 def _first_problem(exc: ValidationError) -> str:

@@ -17,6 +17,7 @@ client gets each event once, in order, whatever the feed did.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -39,6 +40,23 @@ CATCH_UP_BATCH = 500
 RESYNC_MESSAGES = 100
 #: How long a close waits for its frame to go out before the connection is cut.
 CLOSE_WAIT_S = 3.0
+
+
+#: What a share is not shown of the events it follows: who may answer an approval (a platform
+#: identity) and who did. It reads the session, not the people around it.
+_HIDDEN_FROM_SHARES = {"approval.requested": ("approver",), "approval.resolved": ("by",)}
+
+
+def for_share(logged: str) -> str:
+    """An event as the conversation's log holds it, without what a share is not shown."""
+    if not logged.startswith('{"event":"approval.'):
+        return logged
+    parsed = json.loads(logged)
+    data = parsed.get("data")
+    if isinstance(data, dict):
+        for name in _HIDDEN_FROM_SHARES.get(str(parsed.get("event")), ()):
+            data.pop(name, None)
+    return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
 
 
 def encoded(frame: str) -> bytes:
@@ -77,6 +95,7 @@ class Connection:
         self._drained = asyncio.Event()  # the queue is at most half full again
         self._catching = asyncio.Lock()
         self.tasks = TaskOwner(f"gateway {self.conn_id}")
+        self._share = self.principal.kind == "share"
 
     def start(self) -> None:
         self.tasks.spawn(self._write(), name="writer")
@@ -188,7 +207,10 @@ class Connection:
             return
         if seq == cursor.delivered + 1:
             cursor.delivered = seq
-            self.send(framed if framed is not None else logged_event_frame(conversation, seq, logged))
+            if self._share:
+                self.send(logged_event_frame(conversation, seq, for_share(logged)))
+            else:
+                self.send(framed if framed is not None else logged_event_frame(conversation, seq, logged))
             return
         cursor.catching_up = True
         cursor.seen = seq
@@ -219,7 +241,7 @@ class Connection:
                     for seq, logged in held.entries:
                         if seq == cursor.delivered + 1:
                             cursor.delivered = seq
-                            self.send(logged_event_frame(conversation, seq, logged))
+                            self.send(logged_event_frame(conversation, seq, for_share(logged) if self._share else logged))
                 if len(held.entries) < batch and cursor.seen <= cursor.delivered:
                     break
         finally:

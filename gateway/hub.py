@@ -25,7 +25,7 @@ from .protocol import CLOSE_GOING_AWAY, event_frame, logged_event_frame
 
 log = logging.getLogger(__name__)
 
-#: How often who came and went is told to everyone (`presence`).
+#: How often who came and went is told to everyone but shares (`presence`).
 PRESENCE_EVERY_S = 0.5
 #: Events that also go to whoever may answer them, followers of their conversation or not.
 NOTICES = ('{"event":"approval.', '{"event":"pairing.')
@@ -122,7 +122,8 @@ class Hub:
             return
         frame = encoded(event_frame("presence", {"joined": joined, "left": left}))
         for conn in list(self.connections.values()):
-            conn.send(frame)
+            if conn.caller.conversations is None:  # a share reads its session, not who is here
+                conn.send(frame)
 
     def by_share(self, share_ids: Iterable[str]) -> list[Connection]:
         wanted = set(share_ids)

@@ -22,6 +22,7 @@ from botweave.adapter import Adapter
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.types import META_AGENT, META_CONVERSATION, BotChannel, BotMessage, BotUser, PlatformEvent, QuotedRef
+from botweave.version import __version__
 from pydantic import Field
 
 from .auth import TokenBook
@@ -45,6 +46,7 @@ class GatewayParts(Protocol):
     agents: list[str]
     web_platform: Callable[[], Adapter | None]
     config_status: Callable[[], dict[str, str]] | None
+    about: Callable[[], dict[str, Any]] | None
 
     async def close_shares(self, share_ids: Iterable[str]) -> None: ...
     def connection(self, caller: Caller) -> Connection: ...
@@ -161,18 +163,18 @@ class GatewayMethods:
     def register(self, registry: MethodRegistry) -> None:
         add = registry.register
         add("agents.list", self.agents_list, scope="read", help="the agents a session may talk to")
-        add("sessions.list", self.sessions_list, scope="read", help="the principal's sessions")
+        add("sessions.list", self.sessions_list, scope="read", help="the principal's sessions", shares=True)
         add("sessions.create", self.sessions_create, scope="write", params=SessionCreate)
         add("sessions.rename", self.sessions_rename, scope="write", params=SessionRename)
         add("sessions.delete", self.sessions_delete, scope="write", params=SessionRef)
-        add("chat.history", self.chat_history, scope="read", params=HistoryParams)
+        add("chat.history", self.chat_history, scope="read", params=HistoryParams, shares=True)
         add("chat.send", self.chat_send, scope="write", params=SendParams)
         add("chat.stop", self.chat_stop, scope="write", params=SessionRef)
         add("chat.edit", self.chat_edit, scope="write", params=EditParams)
         add("chat.delete", self.chat_delete, scope="write", params=DeleteParams)
         add("conversations.list", self.conversations_list, scope="read", params=ConversationsParams)
-        add("subscribe", self.subscribe, scope="read", params=SubscribeParams)
-        add("unsubscribe", self.unsubscribe, scope="read", params=UnsubscribeParams)
+        add("subscribe", self.subscribe, scope="read", params=SubscribeParams, shares=True)
+        add("unsubscribe", self.unsubscribe, scope="read", params=UnsubscribeParams, shares=True)
         add("shares.create", self.shares_create, scope="write", params=ShareParams)
         add("shares.revoke", self.shares_revoke, scope="write", params=ShareRef)
         add("presence", self.presence, scope="read")
@@ -235,8 +237,11 @@ class GatewayMethods:
 
     async def chat_history(self, caller: Caller, params: HistoryParams) -> dict[str, Any]:
         await self.gateway.check_read(caller, params.conversation)
+        # The seq first: a message appended while the history is read is then sent again
+        # after it (a client replaces a message it has), never left behind a seq it is not in.
+        seq = await self.events.head(params.conversation)
         messages, more = await self.events.history(params.conversation, before=params.before, limit=params.limit)
-        return {"messages": messages, "seq": await self.events.head(params.conversation), "more": more}
+        return {"messages": messages, "seq": seq, "more": more}
 
     async def _dispatch(self, item: BotMessage | PlatformEvent) -> None:
         adapter = self.gateway.web_platform()
@@ -402,5 +407,11 @@ class GatewayMethods:
         answer: dict[str, Any] = {"status": "unready" if failing else "ok", "failing": failing}
         if self.gateway.config_status is not None:  # the revision that runs, and any drift
             answer["config"] = self.gateway.config_status()
+        if self.gateway.about is not None:
+            about = self.gateway.about()
+            platforms = about.pop("platforms", [])
+            answer |= about
+            answer["platforms"] = {name: failing.get(name, "connected") for name in platforms}
+        answer["version"] = __version__
         return answer
 

@@ -9,6 +9,7 @@ is answered with a structured error and the connection goes on.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from botweave.payload import clean_text
 PROTOCOL = 1
 #: The largest frame read from a client, before `connect` and after (files go over HTTP).
 MAX_FRAME_BYTES = 64 * 1024
+#: The longest request id a client may choose (a string; any JSON number is an id too).
+MAX_ID_CHARS = 200
 #: How long a new connection has to send `connect`.
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -33,17 +36,34 @@ CLOSE_SLOW_CONSUMER = 4008
 CLOSE_REVOKED = 4010
 
 
+#: What a client may use as a request's id: a string, or a JSON number (integer or not).
+RequestId = str | int | float
+
+
+def usable_id(value: Any) -> bool:
+    """Whether `value` can be a request's id: a string of at most `MAX_ID_CHARS` characters,
+    or a finite number (JSON has no NaN or infinity; Python's reader takes them, so they are
+    refused here; true and false are not numbers)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        return len(value) <= MAX_ID_CHARS
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
 class BadFrame(MethodError):
     """A frame that is not a request; `request_id` is its id when it had a usable one."""
 
-    def __init__(self, code: str, message: str, request_id: str | int | None = None) -> None:
+    def __init__(self, code: str, message: str, request_id: RequestId | None = None) -> None:
         super().__init__(code, message)
         self.request_id = request_id
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    id: str | int
+    id: RequestId
     method: str
     params: Any
 
@@ -75,19 +95,17 @@ def read_request(text: str) -> Request:
     if not isinstance(frame, dict):
         raise BadFrame("not_json", "the frame must be a JSON object")
     request_id = frame.get("id")
-    usable = isinstance(request_id, (str, int)) and not isinstance(request_id, bool)
-    if usable and isinstance(request_id, str) and len(request_id) > 200:
-        usable = False
+    usable = usable_id(request_id)
     problem = None
     if frame.get("type") != "req":
         problem = 'frames from a client are {"type": "req", "id", "method", "params"}'
     elif not usable:
-        problem = "a request needs an id: a string (up to 200 characters) or an integer"
+        problem = f"a request needs an id: a string (up to {MAX_ID_CHARS} characters) or a number"
     elif not isinstance(frame.get("method"), str) or not frame["method"]:
         problem = "a request needs a method name"
     if problem is not None:
         raise BadFrame("bad_frame", problem, request_id if usable else None)
-    assert isinstance(request_id, (str, int))
+    assert isinstance(request_id, (str, int, float))  # usable_id said so
     return Request(request_id, frame["method"], frame.get("params"))
 
 
@@ -95,11 +113,11 @@ def _dumps(frame: dict[str, Any]) -> str:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def result_frame(request_id: str | int | None, result: Any) -> str:
+def result_frame(request_id: RequestId | None, result: Any) -> str:
     return _dumps({"type": "res", "id": request_id, "ok": True, "result": result if result is not None else {}})
 
 
-def error_frame(request_id: str | int | None, error: MethodError) -> str:
+def error_frame(request_id: RequestId | None, error: MethodError) -> str:
     return _dumps({"type": "res", "id": request_id, "ok": False, "error": error.to_dict()})
 
 

@@ -5,7 +5,9 @@ Every request is checked before anything of it is read, cheapest first: a token 
 string is refused (400), then the `Origin` (403); a WebSocket reads at most 64 KiB per frame,
 and its first frame must be `connect` within 10 seconds. A client that fails to authenticate
 is counted against its address; once over the budget, its failures are answered "too many
-failures", but a valid token is let in whatever its address did before.
+failures", but a valid token is let in whatever its address did before. A connection that
+has not sent a whole request's headers within `HEADER_TIMEOUT_S` is closed; an upload is read
+as it arrives, its bytes and parts counted against the limits (gateway/uploads.py).
 
 Requests on one connection run concurrently (a slow `chat.history` does not hold up a
 `chat.stop`), each answered when done; whatever a method raises is answered as a structured
@@ -22,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any
 
-from aiohttp import BodyPartReader, WSMsgType, web
+from aiohttp import WSMsgType, web
 from botweave.adapter import Adapter
 from botweave.config import ConfigError, parse_listen
 from botweave.events import EVENT_NAMES, ConversationEvents
@@ -53,12 +55,14 @@ from .protocol import (
     PROTOCOL,
     BadFrame,
     Request,
+    RequestId,
     error_frame,
     read_request,
     result_frame,
 )
 from .sessions import SessionBook, session_of
 from .ui import UI, SignIn
+from .uploads import OVERHEAD_BYTES, UploadRefused, boundary_of, read_multipart, read_raw
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +70,12 @@ log = logging.getLogger(__name__)
 Readiness = Callable[[], Awaitable[dict[str, str]]]
 #: Requests one connection may have running at once; more wait for one to finish.
 MAX_RUNNING = 16
+#: How long a connection may take to send a request's headers (from when it opened, or from
+#: its last answer) and stay idle between requests before it is closed; aiohttp's keep-alive
+#: timer, which it starts when a connection opens and closes it by if no request came whole.
+HEADER_TIMEOUT_S = 10.0
 #: How often connections are checked for a token revoked or a share expired meanwhile.
 RECHECK_S = 30.0
-UPLOAD_CHUNK = 64 * 1024
 
 
 class ClientInfo(Params):
@@ -88,8 +95,10 @@ class ConnectParams(Params):
     resume: dict[str, int] = Field(default_factory=dict, max_length=1000)
 
 
-def _error(status: int, code: str, message: str, *, retry_after_ms: int | None = None) -> web.Response:
-    error = MethodError(code, message, retryable=retry_after_ms is not None, retry_after_ms=retry_after_ms)
+def _error(
+    status: int, code: str, message: str, *, retry_after_ms: int | None = None, retryable: bool = False
+) -> web.Response:
+    error = MethodError(code, message, retryable=retryable or retry_after_ms is not None, retry_after_ms=retry_after_ms)
     return web.json_response({"error": error.to_dict()}, status=status)
 
 
@@ -104,6 +113,7 @@ class Gateway:
         agents: Sequence[str] = (),
         readiness: Readiness | None = None,
         config_status: Callable[[], dict[str, str]] | None = None,
+        about: Callable[[], dict[str, Any]] | None = None,
         max_upload_bytes: int = 20_000_000,
         allow_mime: Sequence[str] = ("*/*",),
     ) -> None:
@@ -120,6 +130,8 @@ class Gateway:
         self._readiness = readiness
         #: The configuration revision that runs, and how the file differs (the health method).
         self.config_status = config_status
+        #: The bot's agents, platforms, store and uptime (the health method).
+        self.about = about
         self.max_upload_bytes = max_upload_bytes
         self.allow_mime = tuple(allow_mime)
         self.tokens = TokenBook(events.store, config.tokens)
@@ -141,6 +153,12 @@ class Gateway:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ws://{host}:{self.port}/ws"
 
+    @property
+    def page_url(self) -> str:
+        """The browser UI's address (through this machine's loopback on a wildcard listen)."""
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"http://[{host}]:{self.port}/" if ":" in host else f"http://{host}:{self.port}/"
+
     async def start(self) -> None:
         """Listen. A non-loopback address with no token anywhere is a configuration error;
         an address that cannot be bound is an OSError naming it."""
@@ -156,8 +174,10 @@ class Gateway:
         app.router.add_get("/ws", self._websocket)
         app.router.add_post("/uploads", self._upload)
         app.router.add_get("/files/{file_id}", self._file)
-        UI(self.signin, lambda request: self._refusal(request) is None).add_routes(app)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        UI(self.signin, lambda request: self._refusal(request) is None, open_now=lambda: self._open).add_routes(app)
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=1.0, keepalive_timeout=HEADER_TIMEOUT_S
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self._port)
         try:
@@ -172,7 +192,7 @@ class Gateway:
         self.hub.start()
         self._tasks.spawn(self._recheck(), name="recheck principals")
         how = "no token needed (loopback, none configured)" if self._open else "tokens required"
-        log.info("gateway: listening on %s (%s)", self.url, how)
+        log.info("gateway: listening on %s (%s); the web chat is at %s", self.url, how, self.page_url)
         if self.signin is not None:
             self.signin.listening(self.host, self.port)
 
@@ -313,7 +333,7 @@ class Gateway:
         return ws
 
     @staticmethod
-    async def _turn_away(ws: web.WebSocketResponse, request_id: str | int | None, error: MethodError, code: int) -> None:
+    async def _turn_away(ws: web.WebSocketResponse, request_id: RequestId | None, error: MethodError, code: int) -> None:
         try:
             await ws.send_str(error_frame(request_id, error))
             metrics.FRAMES.labels("out").inc()
@@ -493,34 +513,28 @@ class Gateway:
         if not principal.caller().has("write"):
             return _error(403, "forbidden", "uploads need the write scope")
         limit = self.max_upload_bytes
-        if request.content_length is not None and request.content_length > limit + 64 * 1024:
+        if request.content_length is not None and request.content_length > limit + OVERHEAD_BYTES:
             return _error(413, "too_large", f"the file is over the limit of {limit} bytes (media.max_bytes)")
-        if request.content_type.startswith("multipart/"):
-            reader = await request.multipart()
-            part = await reader.next()
-            while part is not None and (not isinstance(part, BodyPartReader) or part.name != "file"):
-                part = await reader.next()
-            if part is None:
-                return _error(400, "bad_request", "a multipart upload needs a part named file")
-            filename, declared = part.filename or "file", part.headers.get("Content-Type", "")
-            chunks = iter_part(part)
-        else:
-            filename, declared = request.headers.get("X-Filename", "file"), request.content_type
-            chunks = request.content.iter_chunked(UPLOAD_CHUNK)
-        data = bytearray()
-        async for chunk in chunks:
-            data += chunk
-            if len(data) > limit:
-                return _error(413, "too_large", f"the file is over the limit of {limit} bytes (media.max_bytes)")
+        try:
+            if request.content_type.startswith("multipart/"):
+                boundary = boundary_of(request.headers.get("Content-Type", ""))
+                upload = await read_multipart(request.content, boundary, max_file=limit)
+                data, filename, declared = upload.data, upload.filename, upload.content_type
+            else:
+                filename, declared = request.headers.get("X-Filename", "file"), request.content_type
+                data = await read_raw(request.content, max_file=limit)
+        except UploadRefused as refused:
+            log.info("gateway: an upload from %s was refused: %s", principal.name, refused.message)
+            return _unread(_error(refused.status, refused.code, refused.message, retryable=refused.status == 408))
         if not data:
             return _error(400, "bad_request", "the file is empty")
         name = _safe_name(filename)
         mime = base_mime(declared)  # the browser's to declare: a MIME type, or unknown
         if not mime or mime == UNKNOWN:
-            mime = sniff_mime(bytes(data)) or base_mime(guess_mime(name)) or UNKNOWN
+            mime = sniff_mime(data) or base_mime(guess_mime(name)) or UNKNOWN
         if not mime_allowed(mime, self.allow_mime):
             return _error(415, "bad_request", f"{mime} files are not taken here (media.allow_mime)")
-        stored = await self.files.put(bytes(data), name, mime, owner=principal.name)
+        stored = await self.files.put(data, name, mime, owner=principal.name)
         return web.json_response(stored.ref(), status=201)
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
@@ -553,12 +567,12 @@ class Gateway:
         )
 
 
-async def iter_part(part: BodyPartReader) -> Any:
-    while True:
-        chunk = await part.read_chunk(UPLOAD_CHUNK)
-        if not chunk:
-            return
-        yield chunk
+def _unread(response: web.Response) -> web.Response:
+    """An answer given before the body was read to its end: the connection closes after it
+    (aiohttp reads and drops what follows for a few seconds, so the client gets to read the
+    answer), and nothing more of the body is taken for the upload or for a next request."""
+    response.force_close()
+    return response
 
 
 def _safe_name(name: str) -> str:

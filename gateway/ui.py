@@ -7,6 +7,11 @@ connections from the gateway's own origin only, images from there and from blob:
 are fetched with the tab's token and shown from a blob, never through a URL carrying it), and
 nothing inline: the page has no inline script or handler, so an injected one cannot run.
 
+Sign-in without any token. A gateway on a loopback address with no token anywhere lets the
+person at this machine in as `local` (see gateway/auth.py); `GET /session` says so
+(`{"token_needed": false}`) and the page then connects without a token instead of showing
+its sign-in form.
+
 Sign-in without a token to copy. `botweave web` prints `http://HOST:PORT/#code=…`. A fragment
 never leaves the browser in a request line, so no access log, proxy or `Referer` sees the
 code. The page takes it out of the address bar and sends it once in the body of
@@ -180,14 +185,19 @@ def _bearer(request: web.Request) -> str | None:
 class UI:
     """The page's routes on the gateway's application."""
 
-    def __init__(self, signin: SignIn | None, origin_ok: OriginCheck, *, static: Path = STATIC) -> None:
+    def __init__(
+        self, signin: SignIn | None, origin_ok: OriginCheck, *, open_now: Callable[[], bool] = lambda: False,
+        static: Path = STATIC,
+    ) -> None:
         self.signin = signin
         self.origin_ok = origin_ok
+        self.open_now = open_now
         self.static = static.resolve()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.index)
         app.router.add_get("/static/{path:.+}", self.asset)
+        app.router.add_get("/session", self.how_to_sign_in)
         app.router.add_post("/session", self.start_session)
         app.router.add_delete("/session", self.end_session)
 
@@ -203,6 +213,16 @@ class UI:
     def _file(self, path: Path, *, cache: str) -> web.StreamResponse:
         headers = {**SECURITY_HEADERS, "Content-Type": _TYPES[path.suffix], "Cache-Control": cache}
         return web.Response(body=path.read_bytes(), headers=headers)
+
+    async def how_to_sign_in(self, request: web.Request) -> web.StreamResponse:
+        """What the page needs to know before it shows a sign-in form: whether this gateway
+        lets the person at this machine in without a token (loopback, no token anywhere, no
+        sign-in links), and whether it prints sign-in links. Nothing secret: a client that
+        connects without a token learns the same."""
+        if request.headers.get("Origin") is not None and not self.origin_ok(request):
+            return _error(403, "forbidden", "refused origin")
+        body = {"token_needed": not self.open_now(), "links": self.signin is not None}
+        return web.json_response(body, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
 
     async def start_session(self, request: web.Request) -> web.StreamResponse:
         """Trade a one-time code (in the JSON body, never the URL) for a tab token."""

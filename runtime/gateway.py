@@ -9,7 +9,7 @@ gateway methods through the kernel's registry here (approvals, pairing, rooms), 
 gateway nor they import each other. Without `gateway.listen` none of this exists.
 
 A reload reaches the gateway here too: `config.reload` (admin) runs it, `health` reports the
-revision that runs, and each configuration a reload puts live hands the gateway its
+revision that runs (with the agents, platforms, store and uptime of `_about`), and each configuration a reload puts live hands the gateway its
 settings (tokens, origins, limits) and the new generation's agents and rooms, in place.
 """
 
@@ -81,11 +81,24 @@ def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
         agents=list(app.agents),
         readiness=app.readiness,
         config_status=reloads.config_status,
+        about=partial(_about, app),
         max_upload_bytes=media.max_bytes,
         allow_mime=media.allow_mime,
     )
     reloads.on_swap(partial(_follow, gateway, registry))
     return gateway
+
+
+def _about(app: App) -> dict[str, Any]:
+    """What the gateway's `health` tells of the bot besides its readiness: the agents of the
+    live configuration and their models, the platforms this process started (the gateway
+    says which are connected), where the state lives (no password) and how long it has run."""
+    return {
+        "agents": [{"name": name, "model": agent.model} for name, agent in app.agents.items()],
+        "platforms": sorted({*app.adapters, *app.failed_platforms}),
+        "store": app.store.describe(),
+        "uptime_seconds": round(app.uptime, 1),
+    }
 
 
 async def _reload(reloads: Reloads, caller: Caller, params: NoParams) -> dict[str, Any]:

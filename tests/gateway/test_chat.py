@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 from botweave import App
 from botweave.gateway import Client, GatewayError
+from botweave.version import __version__
 
 from tests.emulators.openai import OpenAIEmulator, Reply, tool_call
 from tests.emulators.telegram import png_bytes, wait_until
@@ -287,7 +288,24 @@ async def test_presence_and_health(app: App) -> None:
             assert {c["client"]["name"] for c in listed} == {"botweave-python", "dashboard"}
         went = await ann.next_event(where=lambda e: e.event == "presence" and e.data["left"])
         assert went.data["left"] == [eve_id]
-        assert await ann.call("health") == {"status": "ok", "failing": {}, "config": {"revision": app.revision}}
+        health = await ann.call("health")
+        assert health == {
+            "status": "ok", "failing": {}, "config": {"revision": app.revision},
+            "agents": [{"name": "helper", "model": "openai/gpt-4o-mini"}],
+            "platforms": {"web": "connected"},
+            "store": "memory:// (in this process; gone when it stops)",
+            "uptime_seconds": health["uptime_seconds"], "version": __version__,
+        }
+        assert 0 <= health["uptime_seconds"] < 600
+
+
+async def test_health_names_a_platform_that_is_not_connected_and_why(start_app, llm: OpenAIEmulator, tmp_path) -> None:
+    app = await start_app(config(llm, store={"url": f"sqlite:///{tmp_path}/bot.db"}))
+    async with client(app, "ann") as ann:
+        app.adapters["web"].failure = "lost its connection"  # what a platform that died records
+        health = await ann.call("health")
+    assert health["status"] == "unready" and health["store"] == f"sqlite:///{tmp_path}/bot.db"
+    assert health["platforms"] == {"web": "lost its connection"} == health["failing"]
 
 
 async def test_readiness_names_a_gateway_that_is_not_listening(app: App) -> None:

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from botweave.gateway import GatewayError
+from botweave.gateway import Client, GatewayError
 
 from tests import approvaldemo
 from tests.emulators.telegram import TelegramEmulator, adapter_config, wait_until
@@ -209,3 +209,23 @@ async def test_a_room_on_telegram_is_watched_live_with_each_agents_identity(star
     posted = emu.sent_texts(-100500)
     assert any(m["text"] in t for m in messages[1:3] for t in posted), "what was watched is what the group shows"
     assert "telegram:-100500" in listed
+
+
+async def test_a_share_follows_an_approval_without_learning_who_answers_it(start_app) -> None:
+    app = await start_app(bot_config())
+    async with client(app, "ann") as ann:
+        session = await ann.create_session()
+        share = await ann.call("shares.create", {"session": session, "expires_seconds": 600})
+        async with Client(app.gateway.url, share["token"], reconnect=False) as reader:
+            await reader.subscribe(f"web:{session}")
+            await ann.send(session, CALL)
+            seen_by_owner = (await collect(ann, lambda seen: has(seen, "approval.requested")))[-1].data
+            assert seen_by_owner["approver"] == {"platform": "web", "user_id": "ann", "name": "ann"}
+            requested = await reader.next_event(where=lambda e: e.event == "approval.requested")
+            assert requested.data["id"] == seen_by_owner["id"] and requested.data["tool"] == "transfer"
+            assert "approver" not in requested.data, requested.data
+            await ann.call("approvals.resolve", {"id": seen_by_owner["id"], "decision": "approve"})
+            resolved = await reader.next_event(where=lambda e: e.event == "approval.resolved")
+            assert resolved.data["outcome"] == "approved" and "by" not in resolved.data, resolved.data
+        owner_saw = await ann.next_event(where=lambda e: e.event == "approval.resolved")
+        assert owner_saw.data["by"], "the owner is told who answered"

@@ -221,3 +221,45 @@ async def test_an_event_carrying_a_lone_surrogate_reaches_its_follower_as_its_js
         frame = await ws.event()
         assert frame is not None and frame["data"]["text"] == "a\ud800b"
         assert (await ws.request(1, "sessions.list", {}))["ok"]
+
+
+@pytest.mark.parametrize("request_id", ["k", "x" * 200, 0, -3, 7, 2**53 + 1, 1.5, -0.25, 1e300], ids=repr)
+async def test_a_request_id_is_any_string_up_to_200_characters_or_any_number(app: App, request_id) -> None:
+    async with Raw(app.gateway.url) as ws:
+        await ws.connect(TOKENS["ann"])
+        answer = await ws.request(request_id, "sessions.list", {})
+        assert answer["ok"] and answer["id"] == request_id and type(answer["id"]) is type(request_id)
+
+
+@pytest.mark.parametrize("request_id", ["x" * 201, True, None, [1], {"a": 1}], ids=["201-chars", "true", "null", "list", "object"])
+async def test_any_other_request_id_is_a_bad_frame_answered_without_an_id(app: App, request_id) -> None:
+    async with Raw(app.gateway.url) as ws:
+        await ws.connect(TOKENS["ann"])
+        await ws.send({"type": "req", "id": request_id, "method": "sessions.list", "params": {}})
+        answer = await ws.answer(None)
+        assert answer["error"]["code"] == "bad_frame"
+        assert "200 characters" in answer["error"]["message"] and "number" in answer["error"]["message"]
+        await ws.send('{"type": "req", "id": NaN, "method": "sessions.list"}')  # not JSON's, but Python reads it
+        assert (await ws.answer(None))["error"]["code"] == "bad_frame"
+        assert (await ws.request("still-served", "sessions.list", {}))["ok"]
+
+
+async def test_the_page_learns_whether_this_gateway_asks_for_a_token(start_app, llm) -> None:
+    """`GET /session`: a loopback gateway with no token anywhere lets the page connect as
+    `local` without showing a sign-in form; one with tokens asks for one. Another site's page
+    is refused."""
+    for tokens, needed in ((False, False), (True, True)):
+        app = await start_app(config(llm, tokens=tokens))
+        base = app.gateway.url.replace("ws://", "http://").removesuffix("/ws")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/session", headers={"Origin": base}) as response:
+                assert response.status == 200 and await response.json() == {"token_needed": needed, "links": False}
+                assert response.headers["Cache-Control"] == "no-store"
+            async with http.get(f"{base}/session", headers={"Origin": "http://evil.test"}) as response:
+                assert response.status == 403
+        async with Raw(app.gateway.url, origin=base) as ws:  # what the page does next, without a token
+            answer = await ws.connect(None)
+        if needed:
+            assert answer["error"]["code"] == "unauthorized"
+        else:
+            assert answer["result"]["principal"] == {"name": "local", "kind": "local"}

@@ -69,7 +69,7 @@ async def test_a_refused_file_changes_nothing_and_health_says_the_file_differs(
     async with Raw(app.gateway.url) as ws:
         await ws.connect(TOKENS["root"])
         health = await ws.request(1, "health")
-        assert health["result"] == {"status": "ok", "failing": {}, "config": {"revision": running}}
+        assert health["result"]["status"] == "ok" and health["result"]["config"] == {"revision": running}
 
         settings["agents"]["helper"]["temprature"] = 0.2
         write(path, settings)

@@ -4,6 +4,8 @@ and a method nobody classified needs admin."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from botweave import App
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams
@@ -85,3 +87,47 @@ async def test_the_registry_refuses_before_the_handler_runs_and_validates_params
         registry.register("bad name", handler)
     with pytest.raises(ValueError):
         registry.register("thing.other", handler, scope="superuser")  # type: ignore[arg-type]
+
+
+#: What a share may call: its one session, read. Everything else in the registry is refused.
+SHARE_METHODS = {"sessions.list", "chat.history", "subscribe", "unsubscribe"}
+
+
+async def test_a_share_reads_its_one_session_and_nothing_else(app: App) -> None:
+    assert app.gateway is not None
+    async with Raw(app.gateway.url) as owner:
+        await owner.connect(TOKENS["ann"])
+        session = (await owner.request("s", "sessions.create", {"title": "shared"}))["result"]["session"]["id"]
+        share = (await owner.request("sh", "shares.create", {"session": session, "expires_seconds": 600}))["result"]
+        async with Raw(app.gateway.url) as reader:
+            welcome = (await reader.connect(share["token"]))["result"]
+            assert sorted(welcome["methods"]) == sorted(SHARE_METHODS)
+            conversation = f"web:{session}"
+            allowed = {
+                "sessions.list": {}, "chat.history": {"conversation": conversation},
+                "subscribe": {"conversation": conversation}, "unsubscribe": {"conversation": conversation},
+            }
+            for name, params in allowed.items():
+                assert (await reader.request(name, name, params))["ok"], name
+            refused = []
+            for method in app.gateway.methods:
+                if method.name in SHARE_METHODS:
+                    continue
+                answer = await reader.request(method.name, method.name, {})
+                assert answer["ok"] is False and answer["error"]["code"] == "forbidden", (method.name, answer)
+                refused.append(method.name)
+            assert {"presence", "health", "agents.list", "conversations.list", "rooms.list"} <= set(refused)
+            # Others come and go: the share is told nothing of it, while the owner is.
+            async with Raw(app.gateway.url) as other:
+                await other.connect(TOKENS["bob"])
+                async with asyncio.timeout(10):
+                    while True:
+                        came = await owner.next()
+                        assert came is not None
+                        joined = came.get("data", {}).get("joined", []) if came.get("event") == "presence" else []
+                        if any(p["principal"]["name"] == "bob" for p in joined):
+                            break
+            assert (await reader.request("still", "sessions.list", {}))["ok"]
+            assert not [e for e in reader.events if e.get("event") == "presence"], reader.events
+            with pytest.raises(TimeoutError):
+                await reader.next(timeout=1.5)  # a presence notice would come within half a second

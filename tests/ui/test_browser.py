@@ -166,7 +166,8 @@ async def test_a_chat_shared_read_only_is_followed_live_until_the_share_is_revok
     await reader.wait_for_selector("#conn[data-state=open]", timeout=20_000)
     await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: hello share')", timeout=20_000)
     assert await reader.inner_text(".conv-sub") == "read-only"
-    for control in ("#composer", ".new-session", ".conv-actions button", "button.edit", "button.delete", "#picker"):
+    for control in ("#composer", ".new-session", ".conv-actions button", "button.edit", "button.delete", "#picker",
+                    "[data-view=status]"):  # nor who is connected, nor the bot's health
         assert await reader.locator(control).count() == 0, control
     await stack.say(page, "and more")
     await reader.wait_for_selector("article.msg[data-kind=bot]:has-text('You said: and more')", timeout=60_000)

@@ -1,5 +1,7 @@
 // The page: sign-in, then one connection to the gateway and the views on the model the
 // reducer keeps (sessions and chat, conversations to watch, approvals, pairing, status).
+// Signed in, a person who may chat lands on a new chat, its composer focused: the session is
+// created when the first message is sent, so nothing is left behind by a look at the page.
 
 import { GatewayClient } from "./client.js";
 import { agentHue } from "./colour.js";
@@ -9,7 +11,7 @@ import {
   addEcho, applyConnect, applyEvent, applyHistory, applySubscribed, conversation, echoFailed, echoSent,
   initialState, openApprovals, openPairing, resumeCursors, running, timeline, unsentEchoes,
 } from "./reducer.js";
-import { endSession, exchangeCode, takeCode, tokens } from "./signin.js";
+import { endSession, exchangeCode, takeCode, tokenNeeded, tokens } from "./signin.js";
 
 const VIEWS = [
   { id: "chats", label: "Chats" },
@@ -55,6 +57,7 @@ class Page {
     this.shareSeconds = 86400;
     this.shares = new Map(); // session id -> shares made in this tab: {share_id, token, expires_at, revoked}
     this.scheduled = false;
+    this.starting = false; // a new chat's session is being created for its first message
     this.status = { name: "closed", detail: {} };
   }
 
@@ -74,6 +77,7 @@ class Page {
     }
     const token = tokens.get(sessionStorage);
     if (token) this.start(token);
+    else if (!(await tokenNeeded(fetch))) this.start(null); // the person at this machine: no token to ask for
     else this.renderSignIn();
   }
 
@@ -129,7 +133,9 @@ class Page {
   setStatus(name, detail) {
     this.status = { name, detail };
     if (name === "refused") {
-      this.signOut(`The gateway refused this tab's token (${detail.why}). Sign in again.`);
+      this.signOut(this.token
+        ? `The gateway refused this tab's token (${detail.why}). Sign in again.`
+        : "This gateway asks for a token now. Sign in with one.");
       return;
     }
     this.renderStatusPill();
@@ -139,7 +145,7 @@ class Page {
     applyConnect(this.state, result);
     for (const key of Object.keys(result.refused ?? {})) conversation(this.state, key).following = false;
     this.schedule();
-    this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
+    if (this.can("presence")) this.call("presence").then((r) => { this.state.presence = r.connections ?? []; this.schedule(); }, () => {});
     if (this.can("rooms.list")) this.call("rooms.list").then((r) => { this.rooms = r.rooms ?? []; this.schedule(); }, () => {});
     if (this.can("agents.list")) this.call("agents.list").then((r) => { this.agents = r.agents ?? []; this.schedule(); }, () => {});
     if (this.view === "watch") this.loadListing();
@@ -166,6 +172,16 @@ class Page {
   call(method, params = {}) {
     if (!this.client) return Promise.reject(new Error("signed out"));
     return this.client.request(method, params);
+  }
+
+  /** The Authorization header of HTTP requests: none where the gateway needs no token. */
+  authHeaders() {
+    return this.token ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+
+  /** Whether this principal may start a chat of its own. */
+  canStart() {
+    return this.can("sessions.create") && this.can("chat.send");
   }
 
   /** Report a failed action for a few seconds. */
@@ -226,6 +242,29 @@ class Page {
       this.openConversation(session.conversation);
     } catch (error) {
       this.complain(error);
+    }
+  }
+
+  /** The first message of a new chat: its session is made now, then the message sent in it. */
+  async startChat(text) {
+    const ready = this.attachments.some((a) => a.state === "ready");
+    if ((!text.trim() && !ready) || this.starting) return;
+    if (this.attachments.some((a) => a.state === "uploading")) {
+      this.complain(new Error("wait for the attachments to finish uploading"));
+      return;
+    }
+    this.starting = true;
+    try {
+      const { session } = await this.call("sessions.create", this.newAgent ? { agent: this.newAgent } : {});
+      this.state.sessions.set(session.id, session);
+      this.view = "chats";
+      this.openConversation(session.conversation);
+      this.send(session, text);
+      document.getElementById("composer")?.focus();
+    } catch (error) {
+      this.complain(error);
+    } finally {
+      this.starting = false;
     }
   }
 
@@ -293,7 +332,7 @@ class Page {
     try {
       const form = new FormData();
       form.append("file", file, file.name);
-      const response = await fetch("/uploads", { method: "POST", body: form, headers: { Authorization: `Bearer ${this.token}` }, credentials: "omit" });
+      const response = await fetch("/uploads", { method: "POST", body: form, headers: this.authHeaders(), credentials: "omit" });
       const body = await response.json().catch(() => ({}));
       if (!response.ok) throw new Error(body.error?.message ?? `upload failed (HTTP ${response.status})`);
       item.ref = body;
@@ -309,7 +348,7 @@ class Page {
   /** A file of a message, fetched with the tab's token and shown from a blob URL. */
   fileUrl(fileId) {
     if (!this.files.has(fileId)) {
-      const url = fetch(`/files/${encodeURIComponent(fileId)}`, { headers: { Authorization: `Bearer ${this.token}` }, credentials: "omit" })
+      const url = fetch(`/files/${encodeURIComponent(fileId)}`, { headers: this.authHeaders(), credentials: "omit" })
         .then((r) => (r.ok ? r.blob() : Promise.reject(new Error(`HTTP ${r.status}`))))
         .then((blob) => URL.createObjectURL(blob));
       url.catch(() => this.files.delete(fileId));
@@ -420,7 +459,8 @@ class Page {
       h("span", { id: "conn", class: "conn", role: "status", "aria-live": "polite" }),
       h("span", { class: "spacer" }),
       h("span", { id: "who", class: "who muted" }),
-      h("button", { id: "signout", class: "quiet", onclick: () => this.signOut("Signed out.") }, "Sign out"));
+      // Without a token (the person at this machine) there is nothing to sign out of.
+      this.token ? h("button", { id: "signout", class: "quiet", onclick: () => this.signOut("Signed out.") }, "Sign out") : null);
     const sidebar = h("aside", { id: "sidebar", class: "sidebar" });
     const main = h("main", { id: "main", class: "main" });
     const shade = h("div", { class: "shade", onclick: () => document.body.classList.remove("nav-open") });
@@ -455,7 +495,8 @@ class Page {
     const approvals = openApprovals(this.state).length;
     const pairing = openPairing(this.state).length;
     const badges = { approvals, pairing };
-    const tabs = h("nav", { class: "tabs", "aria-label": "Views" }, VIEWS.map((v) => h("button", {
+    const views = VIEWS.filter((v) => v.id !== "status" || this.can("health")); // a share has no status to see
+    const tabs = h("nav", { class: "tabs", "aria-label": "Views" }, views.map((v) => h("button", {
       class: "tab",
       dataset: { view: v.id },
       "aria-current": this.view === v.id ? "page" : null,
@@ -476,7 +517,7 @@ class Page {
 
   sessionsPanel() {
     // The agents come from the gateway (agents.list): a person picks one, never types a name.
-    const picker = h("select", { id: "new-agent", "aria-label": "Agent for a new chat", onchange: (e) => { this.newAgent = e.target.value; } },
+    const picker = h("select", { id: "new-agent", "aria-label": "Agent for a new chat", onchange: (e) => { this.newAgent = e.target.value; this.renderMain(); } },
       h("option", { value: "" }, "Default agent"),
       this.agents.map((a) => h("option", { value: a.name }, a.name)));
     picker.value = this.agents.some((a) => a.name === this.newAgent) ? this.newAgent : "";
@@ -509,7 +550,8 @@ class Page {
   renderMain(fresh = false) {
     const main = document.getElementById("main");
     if (!main) return;
-    const kind = this.view === "approvals" || this.view === "pairing" || this.view === "status" ? this.view : this.open ? "conversation" : "empty";
+    const kind = this.view === "approvals" || this.view === "pairing" || this.view === "status" ? this.view
+      : this.open ? "conversation" : this.view === "chats" && this.canStart() ? "draft" : "empty";
     const shown = kind === "conversation" ? `conversation:${this.open}` : kind;
     if (fresh || main.dataset.shown !== shown) {
       main.dataset.shown = shown;
@@ -520,6 +562,7 @@ class Page {
     else if (kind === "pairing") this.pairingView(main);
     else if (kind === "status") this.statusView(main);
     else if (kind === "conversation") this.conversationView(main);
+    else if (kind === "draft") this.draftView(main);
     else fill(main, h("div", { class: "empty-main muted" }, h("p", {}, "Pick a chat, or start a new one.")));
   }
 
@@ -551,6 +594,34 @@ class Page {
     if (nearBottom) log.scrollTop = log.scrollHeight;
     const stop = main.querySelector("#stop");
     if (stop) stop.hidden = !running(this.state, key);
+  }
+
+  // A new chat not yet started: a composer, focused, and (with several agents) whom to talk
+  // to. Its first message creates the session (startChat).
+  draftView(main) {
+    if (!main._parts) {
+      const head = h("div", { class: "conv-head" });
+      const log = h("div", { class: "timeline", role: "log", "aria-label": "Messages" },
+        h("p", { class: "muted draft-hint" }, "Say something to start a new chat."));
+      const composer = this.composer(null);
+      main._parts = { head, log, composer };
+      main.append(head, log, composer);
+      this.dropZone(main);
+      if (!document.body.classList.contains("nav-open")) composer.querySelector("#composer").focus();
+    }
+    const { head } = main._parts;
+    const names = this.agents.map((a) => a.name);
+    const sig = JSON.stringify(["draft", names, this.newAgent]);
+    if (head.dataset.sig === sig) return;
+    head.dataset.sig = sig;
+    const picker = names.length > 1
+      ? h("select", { id: "draft-agent", "aria-label": "Agent for this chat", onchange: (e) => { this.newAgent = e.target.value; this.renderSidebar(); } },
+        h("option", { value: "" }, "Default agent"), names.map((name) => h("option", { value: name }, name)))
+      : null;
+    if (picker) picker.value = names.includes(this.newAgent) ? this.newAgent : "";
+    fill(head, h("div", { class: "conv-title" },
+      h("h2", { id: "conv-title" }, "New chat"),
+      names.length === 1 ? h("span", { class: "muted conv-sub" }, names[0]) : picker));
   }
 
   signature(item, approvals) {
@@ -809,6 +880,10 @@ class Page {
     const area = h("textarea", { id: "composer", rows: 1, placeholder: "Message", "aria-label": "Message", enterkeyhint: "send" });
     const grow = () => { area.style.height = "auto"; area.style.height = `${Math.min(area.scrollHeight, 200)}px`; };
     const submit = () => {
+      if (!session) {
+        this.startChat(area.value); // the new chat's view replaces this composer
+        return;
+      }
       if (this.send(session, area.value)) {
         area.value = "";
         grow();
@@ -827,7 +902,7 @@ class Page {
     const sendButton = h("button", { id: "send", type: "submit", class: "primary" }, "Send");
     const form = h("form", { class: "composer", onsubmit: (e) => { e.preventDefault(); submit(); } },
       h("div", { id: "pending-files", class: "pending-files" }),
-      h("div", { class: "composer-row" }, attach, picker, area, stop, sendButton));
+      h("div", { class: "composer-row" }, attach, picker, area, session ? stop : null, sendButton));
     return form;
   }
 
@@ -880,15 +955,34 @@ class Page {
   statusView(main) {
     const health = this.health;
     const failing = Object.entries(health?.failing ?? {});
+    const differs = health?.config?.differs;
+    const facts = health ? [
+      ["agents", "Agents", (health.agents ?? []).map((a) => `${a.name} (${a.model})`).join(", ") || "none"],
+      ["platforms", "Platforms", Object.entries(health.platforms ?? {}).map(([name, state]) => h("span", { class: `chip platform-state ${state === "connected" ? "ok" : "bad"}`, dataset: { platform: name } }, `${name}: ${state}`))],
+      ["store", "Store", health.store ?? "unknown"],
+      ["uptime", "Uptime", health.uptime_seconds === undefined ? "unknown" : duration(health.uptime_seconds)],
+      ["config", "Config revision", health.config ? `${health.config.revision}${differs ? ` (${differs})` : ""}` : "unknown"],
+      ["version", "botweave", health.version ?? "unknown"],
+    ] : [];
     fill(main, h("div", { class: "page" },
       h("div", { class: "panel-head" }, h("h2", {}, "Status"), h("button", { class: "quiet", onclick: () => this.loadHealth() }, "Refresh")),
       h("p", { id: "health", class: `health health-${health?.status ?? "unknown"}` }, health ? `Health: ${health.status}` : "Health: asking…"),
       failing.length ? h("ul", {}, failing.map(([part, why]) => h("li", {}, `${part}: ${why}`))) : null,
+      facts.length ? h("dl", { id: "about", class: "about" }, facts.map(([key, label, value]) => [h("dt", {}, label), h("dd", { dataset: { about: key } }, value)])) : null,
       h("h3", {}, "Connected now"),
       h("ul", { class: "list presence" }, this.state.presence.map((p) => h("li", { class: "item static" },
         h("span", { class: "item-title" }, typeof p.principal === "string" ? p.principal : p.principal?.name ?? "?"),
         h("span", { class: "item-sub muted" }, `${p.client?.name ?? ""} ${p.client?.version ?? ""} · since ${when(p.since)}`))))));
   }
+}
+
+/** How long something has run, as a person reads it: 3d 4h, 2h 5m, 4m 10s. */
+function duration(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  const [d, hr, m] = [Math.floor(s / 86400), Math.floor((s % 86400) / 3600), Math.floor((s % 3600) / 60)];
+  if (d) return `${d}d ${hr}h`;
+  if (hr) return `${hr}h ${m}m`;
+  return `${m}m ${s % 60}s`;
 }
 
 const page = new Page(document.getElementById("app"));

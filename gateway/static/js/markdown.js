@@ -97,7 +97,7 @@ const INLINE = [
   { type: "strong", re: /__(?=\S)([\s\S]*?\S)__(?![\w])/y },
   { type: "em", re: /\*(?=[^\s*])([^*\n]*?[^\s*])\*/y },
   { type: "em", re: /(?<![\w])_(?=[^\s_])([^_\n]*?[^\s_])_(?![\w])/y },
-  { type: "autolink", re: /(https?:\/\/[^\s<>()]*[^\s<>().,;:!?'"])/y },
+  { type: "autolink", re: /https?:\/\/[^\s<>"`]+/y },
 ];
 const INLINE_START = /[`[*_h]/g;
 
@@ -136,6 +136,35 @@ export function inline(text, depth = 0) {
   return nodes;
 }
 
+const TRAILING = /[.,;:!?'*_~]$/;
+const CLOSERS = { ")": "(", "]": "[", "}": "{" };
+
+function count(text, ch) {
+  let n = 0;
+  for (const c of text) if (c === ch) n += 1;
+  return n;
+}
+
+/**
+ * A bare address as people mean it: without the punctuation of the sentence or markup around
+ * it (`"https://example.com"}` is `https://example.com`). Trailing sentence marks go, and so
+ * does a closing bracket the address did not open (`(see https://x.test/a_(b))` keeps its
+ * own pair).
+ */
+export function trimUrl(candidate) {
+  let url = candidate;
+  for (;;) {
+    const last = url.at(-1);
+    if (last !== undefined && TRAILING.test(last)) {
+      url = url.slice(0, -1);
+    } else if (last !== undefined && last in CLOSERS && count(url, last) > count(url, CLOSERS[last])) {
+      url = url.slice(0, -1);
+    } else {
+      return url;
+    }
+  }
+}
+
 function matchAt(text, pos, depth) {
   for (const { type, re } of INLINE) {
     re.lastIndex = pos;
@@ -147,7 +176,11 @@ function matchAt(text, pos, depth) {
       if (!safeHref(m[2])) continue;
       return { end, node: { type: "link", href: m[2], children: inline(m[1], depth + 1) } };
     }
-    if (type === "autolink") return { end, node: { type: "link", href: m[1], children: [{ type: "text", text: m[1] }] } };
+    if (type === "autolink") {
+      const href = trimUrl(m[0]);
+      if (!safeHref(href) || !/^https?:\/\/[^/?#]/i.test(href)) continue;
+      return { end: pos + href.length, node: { type: "link", href, children: [{ type: "text", text: href }] } };
+    }
     return { end, node: { type, children: inline(m[1], depth + 1) } };
   }
   return null;

@@ -92,11 +92,16 @@ export function applyHistory(state, key, history) {
   return conv;
 }
 
-/** subscribe's answer: from here on events follow, numbered after `seq`. */
+/**
+ * subscribe's answer. Subscribed from a seq the page has (`last_seq`), the events after it come
+ * next, whatever the head (`result.seq`) is now: moving the cursor to the head would drop them
+ * as duplicates (a message sent while the history was read). Only a page that had no seq yet
+ * starts from the head.
+ */
 export function applySubscribed(state, key, result) {
   const conv = conversation(state, key);
   conv.following = true;
-  if (typeof result.seq === "number" && (conv.seq === null || result.seq > conv.seq)) conv.seq = result.seq;
+  if (typeof result.seq === "number" && conv.seq === null) conv.seq = result.seq;
   return conv;
 }
 

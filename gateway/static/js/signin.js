@@ -1,4 +1,5 @@
-// How a tab gets its token, and forgets it.
+// How a tab gets its token, and forgets it (or needs none: a loopback gateway with no token
+// anywhere lets the person at this machine in as they are).
 //
 // `botweave web` prints a link whose one-time code sits in the URL fragment (#code=...): a
 // fragment never leaves the browser in a request line, so no server or proxy log sees it.
@@ -46,6 +47,23 @@ async function errorOf(response) {
     return body.error?.message ?? `HTTP ${response.status}`;
   } catch {
     return `HTTP ${response.status}`;
+  }
+}
+
+/**
+ * Whether this gateway asks for a token (GET /session). A gateway on a loopback address with
+ * no token anywhere lets the person at this machine in without one: then the page connects
+ * at once instead of showing its sign-in form. When in doubt (offline, an older gateway), a
+ * token is needed.
+ */
+export async function tokenNeeded(fetchImpl) {
+  try {
+    const response = await fetchImpl("/session", { credentials: "omit", cache: "no-store" });
+    if (!response.ok) return true;
+    const body = await response.json();
+    return body.token_needed !== false;
+  } catch {
+    return true;
   }
 }
 

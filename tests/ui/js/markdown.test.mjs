@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { agentHue, hashName } from "../../../gateway/static/js/colour.js";
-import { inline, parse, safeHref } from "../../../gateway/static/js/markdown.js";
+import { inline, parse, safeHref, trimUrl } from "../../../gateway/static/js/markdown.js";
 
 function flat(nodes) {
   return nodes.map((n) => (n.type === "text" ? n.text : n.type === "br" ? "\n" : `<${n.type}${n.href ? ` ${n.href}` : ""}>${n.children ? flat(n.children) : n.text}</${n.type}>`)).join("");
@@ -60,4 +60,29 @@ test("an agent's colour comes from its name and never changes", () => {
   assert.notEqual(agentHue("planner"), agentHue("critic"));
   assert.equal(hashName(""), 0x811c9dc5);
   assert.ok(agentHue("anyone") >= 0 && agentHue("anyone") < 360);
+});
+
+test("a bare address leaves the punctuation around it out of the link", () => {
+  const cases = [
+    ['"https://example.com"}', '"<link https://example.com>https://example.com</link>"}'],
+    ["{\"url\": \"https://example.com/a?b=1\"}", "{\"url\": \"<link https://example.com/a?b=1>https://example.com/a?b=1</link>\"}"],
+    ["(see https://example.com/x)", "(see <link https://example.com/x>https://example.com/x</link>)"],
+    ["https://en.wikipedia.org/wiki/Foo_(bar).", "<link https://en.wikipedia.org/wiki/Foo_(bar)>https://en.wikipedia.org/wiki/Foo_(bar)</link>."],
+    ["[https://example.com/a]", "[<link https://example.com/a>https://example.com/a</link>]"],
+    ["'https://example.com/it's'", "'<link https://example.com/it's>https://example.com/it's</link>'"],
+    ["go to https://example.com/path?!", "go to <link https://example.com/path>https://example.com/path</link>?!"],
+    ["<https://example.com/a>", "<<link https://example.com/a>https://example.com/a</link>>"],
+    ["`https://example.com` stays code", "<code>https://example.com</code> stays code"],
+    ["https://example.com/a,b;c", "<link https://example.com/a,b;c>https://example.com/a,b;c</link>"],
+    ["at https://example.com:8080/x: here", "at <link https://example.com:8080/x>https://example.com:8080/x</link>: here"],
+    ["http://\" is not an address", "http://\" is not an address"],
+  ];
+  for (const [source, shown] of cases) assert.equal(flat(inline(source)), shown, source);
+});
+
+test("trimUrl drops sentence marks and brackets it did not open, keeps its own", () => {
+  assert.equal(trimUrl("https://x.test/a.)"), "https://x.test/a");
+  assert.equal(trimUrl("https://x.test/a_(b)"), "https://x.test/a_(b)");
+  assert.equal(trimUrl("https://x.test/a}]"), "https://x.test/a");
+  assert.equal(trimUrl("https://x.test/{id}"), "https://x.test/{id}");
 });

@@ -254,3 +254,13 @@ test("a reply posted early and edited now and then shows the streamed words ahea
   assert.equal(reply().live, undefined);
   assert.deepEqual(texts(state), ["q", "run::final", "one two three"]);
 });
+
+test("subscribed from the seq of its history, the events after it are applied, not taken for duplicates", () => {
+  const state = initialState();
+  applyHistory(state, C, { messages: [], seq: 0 }); // read before the first message was stored
+  applySubscribed(state, C, { seq: 2 }); // the head by the time subscribe was answered
+  assert.equal(applyEvent(state, ev(1, "message", msg("m1", "hello"))), "applied");
+  assert.equal(applyEvent(state, ev(2, "message", msg("b1", "hi", "bot"))), "applied");
+  assert.deepEqual(texts(state), ["hello", "hi"]);
+  assert.equal(conversation(state, C).seq, 2);
+});
