@@ -33,6 +33,9 @@ class Tracer(Protocol):
     def event(self, name: str, attributes: Attributes) -> None:
         """Something that happened within the current span (a retry, a failover)."""
 
+    def carrier(self) -> dict[str, str]:
+        """The current span's context as W3C headers, for work that goes on in another process."""
+
 
 #: How a run nobody wrote (a schedule's) is traced: `with traced(name, attributes):` around it.
 Traced = Callable[[str, Attributes], AbstractContextManager[object]]
@@ -72,3 +75,9 @@ def event(name: str, attributes: Attributes = _NO_ATTRIBUTES) -> None:
     tracer = CURRENT.get()
     if tracer is not None:
         tracer.event(name, attributes)
+
+
+def carrier() -> dict[str, str] | None:
+    """The running turn's trace context for another process to continue; None when untraced."""
+    tracer = CURRENT.get()
+    return None if tracer is None else tracer.carrier()

@@ -122,7 +122,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
     tracer = _tracer(config, role)
-    if tracer is not None:
+    if tracer is not None and model_processes is None:  # model processes trace their own calls
         from botweave.runtime.tracing import TracedCalls
 
         made = TracedCalls(made, tracer)
@@ -225,10 +225,19 @@ def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | 
     """Who makes the agents' model calls: helper processes, or the clients right here."""
     models = config.models
     if models.processes:
-        processes = ModelProcesses(models.processes, models.client)
+        processes = ModelProcesses(models.processes, models.client, tracing=_tracing_settings(config))
         return processes, None, processes
     clients = ModelClients(models.client)
     return None, clients, clients
+
+
+def _tracing_settings(config: Config) -> dict[str, object] | None:
+    """`ops.tracing` as a model process gets it: plain values, the headers' secrets revealed."""
+    found = config.ops.tracing
+    if found is None:
+        return None
+    headers = {name: value.get_secret_value() for name, value in found.headers.items()}
+    return {**found.model_dump(exclude={"headers"}), "headers": headers}
 
 
 def _tracer(config: Config, role: Role) -> OtelTracer | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
 from typing import Any
 
 from botweave import tracing
@@ -25,7 +26,8 @@ from botweave.model_calls import ModelCalls, ModelOutput
 from botweave.pipeline import Inbound, TurnOutcome
 from botweave.runtime.config import TracingConfig
 from botweave.types import BotMessage, PlatformEvent
-from opentelemetry import trace
+from opentelemetry import context, trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -68,12 +70,30 @@ class _CountingExporter(SpanExporter):
 
 
 class _Span:
-    """The kernel's `Span` over an OpenTelemetry span."""
+    """The kernel's `Span` over an OpenTelemetry span, current for the `with` block.
 
-    __slots__ = ("_span",)
+    A class rather than `start_as_current_span`: a turn opens several spans, and the generator
+    context managers and the attribute mapping's checks cost more than the span itself.
+    Attributes are set one by one (`set_attributes`), each value a plain str/int/float/bool."""
 
-    def __init__(self, span: trace.Span) -> None:
-        self._span = span
+    __slots__ = ("_attributes", "_name", "_parent", "_span", "_token", "_tracer")
+
+    def __init__(self, tracer: trace.Tracer, name: str, attributes: tracing.Attributes,
+                 parent: Context | None = None) -> None:
+        self._tracer, self._name, self._attributes, self._parent = tracer, name, attributes, parent
+
+    def __enter__(self) -> _Span:
+        self._span = span = self._tracer.start_span(self._name, context=self._parent)
+        if self._attributes:
+            span.set_attributes(self._attributes)
+        self._token = context.attach(trace.set_span_in_context(span))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is not None:
+            self.fail(kind.__name__)
+        context.detach(self._token)
+        self._span.end()
 
     def set(self, key: str, value: tracing.AttributeValue) -> None:
         self._span.set_attribute(key, value)
@@ -94,24 +114,23 @@ class OtelTracer:
             headers={name: value.get_secret_value() for name, value in config.headers.items()},
             timeout=EXPORT_TIMEOUT_S,
         )
-        self.provider.add_span_processor(BatchSpanProcessor(_CountingExporter(exporter), schedule_delay_millis=1000))
+        self.provider.add_span_processor(BatchSpanProcessor(
+            _CountingExporter(exporter), schedule_delay_millis=2000, max_queue_size=16384, max_export_batch_size=2048,
+        ))
         self.tracer = self.provider.get_tracer("botweave")
 
     # --- the kernel's Tracer ----------------------------------------------------------------
 
-    @contextmanager
-    def span(self, name: str, attributes: tracing.Attributes) -> Iterator[tracing.Span]:
-        with self.tracer.start_as_current_span(name, attributes=attributes, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            handle = _Span(span)
-            try:
-                yield handle
-            except BaseException as exc:
-                handle.fail(type(exc).__name__)
-                raise
+    def span(self, name: str, attributes: tracing.Attributes) -> _Span:
+        return _Span(self.tracer, name, attributes)
 
     def event(self, name: str, attributes: tracing.Attributes) -> None:
         trace.get_current_span().add_event(name, attributes)
+
+    def carrier(self) -> dict[str, str]:
+        carried: dict[str, str] = {}
+        _PROPAGATOR.inject(carried)
+        return carried
 
     # --- a turn ---------------------------------------------------------------------------------
 
@@ -123,13 +142,16 @@ class OtelTracer:
 
     @contextmanager
     def _intake(self, msg: BotMessage) -> Iterator[object]:
-        attributes = {"botweave.platform": msg.platform, "botweave.channel_type": msg.channel.channel_type}
-        with self.tracer.start_as_current_span("botweave.intake", attributes=attributes) as span:
-            carrier: dict[str, str] = {}
-            _PROPAGATOR.inject(carrier)
-            if META_TRACE in carrier:
-                msg.metadata[META_TRACE] = carrier[META_TRACE]
+        span = self.tracer.start_span("botweave.intake")
+        span.set_attributes({"botweave.platform": msg.platform, "botweave.channel_type": msg.channel.channel_type})
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
+        if META_TRACE in carrier:
+            msg.metadata[META_TRACE] = carrier[META_TRACE]
+        try:
             yield span
+        finally:
+            span.end()
 
     @contextmanager
     def turn(self, item: BotMessage | PlatformEvent) -> Iterator[tracing.Span | None]:
@@ -138,15 +160,27 @@ class OtelTracer:
         if not isinstance(item, BotMessage):
             yield None
             return
-        parent = item.metadata.get(META_TRACE)
-        context = _PROPAGATOR.extract({META_TRACE: parent}) if isinstance(parent, str) else None
+        carried = item.metadata.get(META_TRACE)
+        parent = _PROPAGATOR.extract({META_TRACE: carried}) if isinstance(carried, str) else None
         attributes = {"botweave.platform": item.platform, "botweave.channel_type": item.channel.channel_type}
         token = tracing.CURRENT.set(self)
         try:
-            with self.tracer.start_as_current_span("botweave.turn", context=context, attributes=attributes,
-                                                   record_exception=False, set_status_on_exception=False) as span:
-                yield _Span(span)
+            with _Span(self.tracer, "botweave.turn", attributes, parent) as span:
+                yield span
         finally:
+            tracing.CURRENT.reset(token)
+
+    @contextmanager
+    def joined(self, carried: dict[str, str] | None) -> Iterator[None]:
+        """Work another process handed over (a model call in a model process): its spans
+        continue the trace whose context came with it."""
+        token = tracing.CURRENT.set(self)
+        attached = context.attach(_PROPAGATOR.extract(carried)) if carried else None
+        try:
+            yield
+        finally:
+            if attached is not None:
+                context.detach(attached)
             tracing.CURRENT.reset(token)
 
     @contextmanager
@@ -163,12 +197,9 @@ class OtelTracer:
         """A pipeline step that ended the item's way (a refusal, a command, a room): its span,
         from when the step began, naming it and why (the pipeline's `decided` observer)."""
         name = str(getattr(step, "__qualname__", "") or type(step).__name__)
-        span = self.tracer.start_span(
-            "botweave.step",
-            start_time=started_ns,
-            attributes={"botweave.step": name, "botweave.outcome": outcome.status.value,
-                        "botweave.reason": outcome.detail[:200]},
-        )
+        span = self.tracer.start_span("botweave.step", start_time=started_ns)
+        span.set_attributes({"botweave.step": name, "botweave.outcome": outcome.status.value,
+                             "botweave.reason": outcome.detail[:200]})
         span.end()
 
     def close(self) -> None:

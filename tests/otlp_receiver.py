@@ -31,6 +31,7 @@ class ReceivedSpan:
     failed: bool
     start: int
     end: int
+    role: str = ""  # the exporting process's `botweave.role` (all, ingress, worker, model)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class OtlpReceiver:
                         failed=span.status.code == 2,
                         start=span.start_time_unix_nano,
                         end=span.end_time_unix_nano,
+                        role=str(resource.get("botweave.role", "")),
                     ))
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")

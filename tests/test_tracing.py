@@ -130,6 +130,31 @@ async def test_ingress_and_worker_on_redis_form_one_trace(start_app, telegram_em
     assert models and all(m.trace_id == intake.trace_id for m in models)
 
 
+async def test_model_processes_carry_the_trace_and_export_the_calls_spans(start_app, telegram_emulator, llm, receiver):
+    emu = telegram_emulator
+    telegram = {"unknown_user_policy": "allow", "streaming": True, **adapter_config(emu)}
+    config = {**traced(receiver, telegram, llm, tools=[{"python": "tests.tooldemo:weather"}]), "models": {"processes": 1}}
+    config["ops"]["tracing"]["headers"] = {"x-collector-key": "collector-secret"}
+    app = await start_app(config)
+    llm.queue_tool_calls(("weather", {"city": "Porto"}))
+    llm.queue_text("It is 19 degrees in Porto.")
+    emu.push_message(emu.private_chat(ANN), ANN, "Weather in Porto?")
+    await wait_until(lambda: emu.sent(1), 30, "the answer")
+    await app.drain()
+    await stopped(app)  # the model process leaves, exporting what it holds
+
+    (turn,) = receiver.named("botweave.turn")
+    (tool,) = receiver.named("execute_tool ")
+    models = receiver.named("chat ")
+    assert len(models) == 2, "each call made in the model process is a span"
+    assert all(m.role == "model" and turn.role == "all" for m in models)
+    for model in models:
+        assert model.trace_id == turn.trace_id and model.parent_id == turn.span_id
+        assert model.attributes["gen_ai.request.model"] == "openai/test-model"
+        assert model.attributes["gen_ai.usage.output_tokens"] > 0
+    assert tool.trace_id == turn.trace_id and models[0].end <= tool.start <= models[1].start
+
+
 async def test_a_collector_that_is_down_or_slow_never_holds_a_turn(start_app, telegram_emulator, llm, receiver):
     emu = telegram_emulator
     await receiver.stop()  # nothing listens there now
