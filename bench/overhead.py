@@ -3,11 +3,16 @@ feature on, against the same bot with it off, in one run (bench/race.py's cpu ca
 zero model latency, each bot alone in its process, its CPU read from /proc).
 
     python3 bench/overhead.py --feature tracing [--chats 200] [--messages 5] [--repeat 3]
+    python3 bench/overhead.py --feature tracing --baseline 'PATH/TO/OTHER/botweave'
 
 Features:
 
 * tracing: `ops.tracing` exporting every turn's spans to an OTLP/HTTP receiver that answers
   (in the harness's process, so its work is charged to neither bot). Target: ≤ 1.15.
+
+With `--baseline CMD`, what the feature costs when it is off: this tree's bot with the
+feature off against the same bot run by CMD (a botweave from before the feature, e.g. main's
+tree installed in a venv of its own). Target: ≤ 1.01.
 
 The two bots take turns going first; each measured run gets a process of its own.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import shutil
 import statistics
 import sys
@@ -32,6 +38,8 @@ import race  # noqa: E402
 from tests.otlp_receiver import OtlpReceiver  # noqa: E402
 
 TARGETS = {"tracing": 1.15}
+#: The feature switched off, against a botweave without it.
+OFF_TARGET = 1.01
 
 
 async def overlay_for(feature: str) -> tuple[dict[str, object], OtlpReceiver | None]:
@@ -47,14 +55,22 @@ async def main(args: argparse.Namespace) -> int:
         chats=args.chats, messages=args.messages, throughput_messages=8, latency=0.0, repeat=args.repeat,
         telegram_rps=10000.0, idle_timeout=60.0, botweave=race.botweave_command(None), logs=logs,
     )
-    overlay, receiver = await overlay_for(args.feature)
-    variants = {"off": base, "on": replace(base, overlay=overlay)}
+    if args.baseline:
+        receiver = None
+        first, second = "before", "off"
+        variants = {"before": replace(base, botweave=shlex.split(args.baseline)), "off": base}
+        target = OFF_TARGET
+    else:
+        overlay, receiver = await overlay_for(args.feature)
+        first, second = "off", "on"
+        variants = {"off": base, "on": replace(base, overlay=overlay)}
+        target = TARGETS[args.feature]
     model = race.ModelServer()
     await model.start()
-    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {first: [], second: []}
     try:
         for rep in range(args.repeat):
-            for name in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            for name in ((first, second) if rep % 2 == 0 else (second, first)):
                 contestant = await race.spawn("telegram", "botweave", variants[name], model)
                 try:
                     await race.ready([contestant])
@@ -63,7 +79,7 @@ async def main(args: argparse.Namespace) -> int:
                     await race.stop_all([contestant])
                 per_message = result.bot_cpu / max(result.answered, 1) * 1000
                 cpu[name].append(per_message)
-                print(f"  {args.feature} {name:3} run {rep + 1}: {per_message:.2f} ms CPU per message "
+                print(f"  {args.feature} {name:6} run {rep + 1}: {per_message:.2f} ms CPU per message "
                       f"({result.answered} answered, {result.missing} missing)", flush=True)
     finally:
         await model.stop()
@@ -71,11 +87,11 @@ async def main(args: argparse.Namespace) -> int:
             print(f"  the receiver got {len(receiver.spans)} spans in {receiver.requests} exports", flush=True)
             await receiver.stop()
         shutil.rmtree(logs, ignore_errors=True)
-    ratios = [on / off for on, off in zip(cpu["on"], cpu["off"])]
+    ratios = [b / a for b, a in zip(cpu[second], cpu[first])]
     median = statistics.median(ratios)
-    print(f"{args.feature}: CPU per message on / off = {median:.3f} (runs: {', '.join(f'{r:.3f}' for r in ratios)}; "
-          f"target ≤ {TARGETS[args.feature]})")
-    return 0 if median <= TARGETS[args.feature] else 1
+    print(f"{args.feature}: CPU per message {second} / {first} = {median:.3f} "
+          f"(runs: {', '.join(f'{r:.3f}' for r in ratios)}; target ≤ {target})")
+    return 0 if median <= target else 1
 
 
 if __name__ == "__main__":
@@ -84,4 +100,6 @@ if __name__ == "__main__":
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--baseline", metavar="CMD",
+                        help="compare the feature off with this botweave command (one without the feature)")
     raise SystemExit(asyncio.run(main(parser.parse_args())))

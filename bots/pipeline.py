@@ -123,18 +123,27 @@ def _chain(step: Step, call_next: Handler) -> Handler:
     return run
 
 
+class _Onward:
+    """A step's `call_next` that notes whether the step called it: the awaitable it returns is
+    the next handler's own, so observing adds no coroutine to each step."""
+
+    __slots__ = ("call_next", "passed")
+
+    def __init__(self, call_next: Handler) -> None:
+        self.call_next = call_next
+        self.passed = False
+
+    def __call__(self, item: Inbound) -> Awaitable[TurnOutcome]:
+        self.passed = True
+        return self.call_next(item)
+
+
 def _observed(step: Step, call_next: Handler, decided: Decided) -> Handler:
     async def run(inbound: Inbound) -> TurnOutcome:
-        passed = False
-
-        async def onward(item: Inbound) -> TurnOutcome:
-            nonlocal passed
-            passed = True
-            return await call_next(item)
-
+        onward = _Onward(call_next)
         started = time.time_ns()
         outcome = await step(inbound, onward)
-        if not passed:
+        if not onward.passed:
             decided(step, started, inbound, outcome)
         return outcome
 

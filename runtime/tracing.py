@@ -25,14 +25,14 @@ from botweave.metrics import TRACE_SPANS_DROPPED
 from botweave.model_calls import ModelCalls, ModelOutput
 from botweave.pipeline import Inbound, TurnOutcome
 from botweave.runtime.config import TracingConfig
+from botweave.runtime.otlp_export import OtlpHttpExporter
 from botweave.types import BotMessage, PlatformEvent
 from opentelemetry import context, trace
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -42,12 +42,14 @@ log = logging.getLogger(__name__)
 META_TRACE = "traceparent"
 #: Seconds one export may take; the batch thread then drops the batch.
 EXPORT_TIMEOUT_S = 5.0
+#: The instrumentation scope of every span.
+SCOPE = "botweave"
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class _CountingExporter(SpanExporter):
-    """The OTLP exporter, with what it failed to export counted."""
+    """The OTLP/HTTP exporter, with what it failed to export counted."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
@@ -108,16 +110,15 @@ class OtelTracer:
 
     def __init__(self, config: TracingConfig, *, role: str = "all") -> None:
         resource = Resource.create({"service.name": config.service_name, "botweave.role": role})
-        self.provider = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
-        exporter = OTLPSpanExporter(
-            endpoint=f"{config.endpoint}/v1/traces",
-            headers={name: value.get_secret_value() for name, value in config.headers.items()},
-            timeout=EXPORT_TIMEOUT_S,
+        self.provider = TracerProvider(resource=resource, sampler=_sampler(config.sample_ratio))
+        exporter = OtlpHttpExporter(
+            f"{config.endpoint}/v1/traces", {name: value.get_secret_value() for name, value in config.headers.items()},
+            EXPORT_TIMEOUT_S, resource, SCOPE,
         )
         self.provider.add_span_processor(BatchSpanProcessor(
             _CountingExporter(exporter), schedule_delay_millis=2000, max_queue_size=16384, max_export_batch_size=2048,
         ))
-        self.tracer = self.provider.get_tracer("botweave")
+        self.tracer = self.provider.get_tracer(SCOPE)
 
     # --- the kernel's Tracer ----------------------------------------------------------------
 
@@ -206,6 +207,12 @@ class OtelTracer:
         """Export what is queued (briefly: a collector that is down does not hold a stop up)."""
         self.provider.force_flush(int(EXPORT_TIMEOUT_S * 1000))
         self.provider.shutdown()
+
+
+def _sampler(ratio: float) -> Sampler:
+    """A turn's spans are all kept or all dropped, by the trace's root; every trace kept needs
+    no draw at all."""
+    return ParentBased(ALWAYS_ON if ratio >= 1 else TraceIdRatioBased(ratio))
 
 
 def system_of(model: str) -> str:
