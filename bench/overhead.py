@@ -54,6 +54,7 @@ async def main(args: argparse.Namespace) -> int:
     base = race.Settings(
         chats=args.chats, messages=args.messages, throughput_messages=8, latency=0.0, repeat=args.repeat,
         telegram_rps=10000.0, idle_timeout=60.0, botweave=race.botweave_command(None), logs=logs,
+        model_processes=args.model_processes,
     )
     if args.baseline:
         receiver = None
@@ -100,6 +101,7 @@ if __name__ == "__main__":
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--model-processes", type=int, default=1, help="models.processes of both bots (as race.py)")
     parser.add_argument("--baseline", metavar="CMD",
                         help="compare the feature off with this botweave command (one without the feature)")
     raise SystemExit(asyncio.run(main(parser.parse_args())))

@@ -71,12 +71,19 @@ class _CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+def _set_each(span: trace.Span, attributes: tracing.Attributes) -> None:
+    """Attributes set one at a time: the SDK checks a mapping given whole against the abstract
+    `Sequence` first, which is slow in a process whose ABC caches are often invalidated."""
+    for key, value in attributes.items():
+        span.set_attribute(key, value)
+
+
 class _Span:
     """The kernel's `Span` over an OpenTelemetry span, current for the `with` block.
 
     A class rather than `start_as_current_span`: a turn opens several spans, and the generator
     context managers and the attribute mapping's checks cost more than the span itself.
-    Attributes are set one by one (`set_attributes`), each value a plain str/int/float/bool."""
+    Attributes are set one by one, each value a plain str/int/float/bool."""
 
     __slots__ = ("_attributes", "_name", "_parent", "_span", "_token", "_tracer")
 
@@ -86,8 +93,7 @@ class _Span:
 
     def __enter__(self) -> _Span:
         self._span = span = self._tracer.start_span(self._name, context=self._parent)
-        if self._attributes:
-            span.set_attributes(self._attributes)
+        _set_each(span, self._attributes)
         self._token = context.attach(trace.set_span_in_context(span))
         return self
 
@@ -144,7 +150,8 @@ class OtelTracer:
     @contextmanager
     def _intake(self, msg: BotMessage) -> Iterator[object]:
         span = self.tracer.start_span("botweave.intake")
-        span.set_attributes({"botweave.platform": msg.platform, "botweave.channel_type": msg.channel.channel_type})
+        span.set_attribute("botweave.platform", msg.platform)
+        span.set_attribute("botweave.channel_type", msg.channel.channel_type)
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
         if META_TRACE in carrier:
@@ -199,8 +206,8 @@ class OtelTracer:
         from when the step began, naming it and why (the pipeline's `decided` observer)."""
         name = str(getattr(step, "__qualname__", "") or type(step).__name__)
         span = self.tracer.start_span("botweave.step", start_time=started_ns)
-        span.set_attributes({"botweave.step": name, "botweave.outcome": outcome.status.value,
-                             "botweave.reason": outcome.detail[:200]})
+        _set_each(span, {"botweave.step": name, "botweave.outcome": outcome.status.value,
+                         "botweave.reason": outcome.detail[:200]})
         span.end()
 
     def close(self) -> None:
