@@ -14,16 +14,26 @@ collector being down must cost nothing; the caller counts what was lost).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import requests
-from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import Attributes
+
+Message = TypeVar("Message", covariant=True)
+
+
+class Repeated(Protocol[Message]):
+    """A repeated message field, whose `add` builds the next element in place."""
+
+    def add(self, **fields: Any) -> Message: ...
+
 
 #: `Span.flags`: the flags say whether the parent was remote (another process's span).
 _HAS_IS_REMOTE = 0x100
@@ -43,12 +53,12 @@ def put(into: AnyValue, found: object) -> None:
         into.string_value = str(found)  # a sequence, were one ever set: shown, not lost
 
 
-def add_attributes(into: RepeatedCompositeFieldContainer[KeyValue], attributes: Attributes) -> None:
+def add_attributes(into: Repeated[KeyValue], attributes: Attributes) -> None:
     for key, found in (attributes or {}).items():
         put(into.add(key=key).value, found)
 
 
-def add_span(into: RepeatedCompositeFieldContainer[Span], span: ReadableSpan) -> None:
+def add_span(into: Repeated[Span], span: ReadableSpan) -> None:
     """One span as an OTLP protobuf `Span`, built in place (a message passed to a constructor
     would be copied)."""
     context, parent = span.context, span.parent
@@ -71,8 +81,8 @@ def add_span(into: RepeatedCompositeFieldContainer[Span], span: ReadableSpan) ->
     for event in span.events:
         add_attributes(built.events.add(time_unix_nano=event.timestamp, name=event.name).attributes, event.attributes)
     status = span.status
-    if status.status_code.value:
-        built.status.code = status.status_code.value
+    if status.status_code is not StatusCode.UNSET:
+        built.status.code = Status.STATUS_CODE_ERROR if status.status_code is StatusCode.ERROR else Status.STATUS_CODE_OK
         if status.description:
             built.status.message = status.description
 

@@ -168,6 +168,58 @@ async def test_a_collector_that_is_down_or_slow_never_holds_a_turn(start_app, te
     assert asyncio.get_running_loop().time() - started < 12
 
 
+def test_spans_are_encoded_as_a_collector_reads_them():
+    """Events, a failure, a parent in another process and every attribute type survive the
+    encoding (what a collector decodes is what was recorded)."""
+    from botweave.runtime.otlp_export import OtlpHttpExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.trace import Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    class Kept(SpanExporter):
+        def __init__(self) -> None:
+            self.spans: list[ReadableSpan] = []
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.spans.extend(spans)
+            return SpanExportResult.SUCCESS
+
+    kept, resource = Kept(), Resource.create({"service.name": "svc", "botweave.role": "worker"})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    tracer = provider.get_tracer("botweave")
+    remote = TraceContextTextMapPropagator().extract(
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    span = tracer.start_span("botweave.deliver", context=remote)
+    for key, value in {"s": "telegram", "b": True, "i": 3, "f": 0.5}.items():
+        span.set_attribute(key, value)
+    span.add_event("botweave.retry", {"botweave.chunk": 1})
+    span.set_status(Status(StatusCode.ERROR))
+    span.end()
+    root = tracer.start_span("botweave.intake")
+    root.end()
+
+    body = OtlpHttpExporter("http://127.0.0.1:9/v1/traces", {}, 1.0, resource, "botweave").encode(kept.spans)
+    (batch,) = ExportTraceServiceRequest.FromString(body).resource_spans
+    assert {a.key: a.value.string_value for a in batch.resource.attributes}["botweave.role"] == "worker"
+    (scoped,) = batch.scope_spans
+    assert scoped.scope.name == "botweave"
+    deliver, intake = scoped.spans
+    assert deliver.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
+    assert deliver.parent_span_id.hex() == "b7ad6b7169203331" and deliver.flags == 0x300
+    assert deliver.span_id.hex() == f"{kept.spans[0].context.span_id:016x}"
+    assert [(a.key, a.value.WhichOneof("value")) for a in deliver.attributes] == [
+        ("s", "string_value"), ("b", "bool_value"), ("i", "int_value"), ("f", "double_value")]
+    assert deliver.attributes[2].value.int_value == 3 and deliver.attributes[3].value.double_value == 0.5
+    (event,) = deliver.events
+    assert event.name == "botweave.retry" and event.attributes[0].value.int_value == 1
+    assert deliver.status.code == 2 and deliver.kind == 1 and deliver.end_time_unix_nano >= deliver.start_time_unix_nano
+    assert intake.parent_span_id == b"" and intake.flags == 0x100 and intake.status.code == 0
+
+
 def test_tracing_off_imports_nothing_of_opentelemetry(tmp_path):
     """Off (the default), a bot that answers loads no OpenTelemetry module."""
     code = (
