@@ -4,7 +4,8 @@ The tracer here is the kernel's `Tracer` made of the OpenTelemetry SDK, on a pro
 own (the program's global provider, if it has one, is left alone). A turn's trace starts at
 intake: `intake` opens the root span and writes its context into the message's metadata,
 which travels with it through the journal or the Redis stream, so the worker that answers
-(`turn`) continues the same trace. Within a turn the kernel's spans (tools, delivery) and the
+(`turn`) continues the same trace; a model process (`models.processes`) gets the context
+with each call and continues it too (`joined`). Within a turn the kernel's spans (tools, delivery) and the
 ones made here (model calls, the pipeline step that decided) nest by OpenTelemetry's own
 context. Spans leave through a batch processor on its own thread: a collector that is down
 or slow costs a turn nothing, and what could not be exported is counted, not retried.
@@ -121,6 +122,7 @@ class OtelTracer:
             f"{config.endpoint}/v1/traces", {name: value.get_secret_value() for name, value in config.headers.items()},
             EXPORT_TIMEOUT_S, resource, SCOPE,
         )
+        # Large batches, sent every two seconds: each post costs the same whatever it carries.
         self.provider.add_span_processor(BatchSpanProcessor(
             _CountingExporter(exporter), schedule_delay_millis=2000, max_queue_size=16384, max_export_batch_size=2048,
         ))
