@@ -2,7 +2,7 @@
 feature on, against the same bot with it off, in one run (bench/race.py's cpu case: Telegram,
 zero model latency, each bot alone in its process, its CPU read from /proc).
 
-    python3 bench/overhead.py --feature tracing [--chats 200] [--messages 5] [--repeat 3]
+    python3 bench/overhead.py --feature tracing [--chats 200] [--messages 5] [--repeat 3] [--model-processes 1]
     python3 bench/overhead.py --feature tracing --baseline 'PATH/TO/OTHER/botweave'
 
 Features:
