@@ -154,6 +154,8 @@ class Settings:
     model: str = "http"
     delay_file: Path | None = None
     client: str | None = None
+    #: Sections laid over botweave's generated bot.yaml (bench/overhead.py: a feature switched on).
+    overlay: dict[str, object] | None = None
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -414,6 +416,9 @@ def write_botweave_config(
         config["models"] = models
     if in_process:
         config["plugins"] = ["race_provider"]
+    for section, value in (settings.overlay or {}).items():
+        known = config.get(section)
+        config[section] = {**known, **value} if isinstance(known, dict) and isinstance(value, dict) else value
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from botweave import tracing
 from botweave.adapter import Adapter
 from botweave.config import BotConfig
 from botweave.conversations import conversation_key, direct_conversation
@@ -245,19 +246,24 @@ class Delivery:
         `message_sent` hooks."""
         delivered = Delivered(text=prepared.text)
         last = len(prepared.chunks) - 1
-        for index, chunk in enumerate(prepared.chunks):
-            extra = buttons if index == last else ()
-            result = await self.send_chunk(to, chunk, index, key=key, identity=identity, buttons=extra)
-            if result.ok and result.message_id is not None:
-                delivered.message_ids.append(result.message_id)
-            elif result.ok:
-                continue  # posted under an identity; not every platform reports an id
-            else:
-                delivered.failures.append(result)
-                log.warning("%s: sending a chunk to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
-                if identity is not None:
-                    break  # an agent's turn cut short reads worse than one that failed whole
-        await self.after_send(to, delivered, origin, identity=identity, buttons=buttons)
+        attributes: tracing.Attributes = {"botweave.platform": to.adapter.platform, "botweave.chunks": len(prepared.chunks)}
+        with tracing.span("botweave.deliver", attributes) as span:
+            for index, chunk in enumerate(prepared.chunks):
+                extra = buttons if index == last else ()
+                result = await self.send_chunk(to, chunk, index, key=key, identity=identity, buttons=extra)
+                if result.ok and result.message_id is not None:
+                    delivered.message_ids.append(result.message_id)
+                elif result.ok:
+                    continue  # posted under an identity; not every platform reports an id
+                else:
+                    delivered.failures.append(result)
+                    log.warning("%s: sending a chunk to %s failed: %s %s",
+                                to.adapter.platform, to.chat_id, result.status, result.detail)
+                    if identity is not None:
+                        break  # an agent's turn cut short reads worse than one that failed whole
+            if delivered.failures:
+                span.fail(delivered.failures[0].status)
+            await self.after_send(to, delivered, origin, identity=identity, buttons=buttons)
         return delivered
 
     async def post_direct(
@@ -354,6 +360,7 @@ class Delivery:
         result = MessageActionResult("failed", to.chat_id, "not sent")
         for pause in (0.0, *RESEND_PAUSES_S):
             if pause:
+                tracing.event("botweave.retry", {"botweave.chunk": index, "botweave.status": result.status})
                 await asyncio.sleep(pause)
             if unsettled:
                 found = await self._settle(to, chunk_key, since)
@@ -746,6 +753,8 @@ class ReplyChannel:
         if final is None:
             await stream.discard()
             return Delivered(cancelled=True)
-        delivered = Delivered(text=final, message_ids=await stream.finish(final))
-        await self.delivery.after_send(to, delivered, self.origin)
+        with tracing.span("botweave.deliver", {"botweave.platform": to.adapter.platform, "botweave.streamed": True}) as span:
+            delivered = Delivered(text=final, message_ids=await stream.finish(final))
+            span.set("botweave.chunks", len(delivered.message_ids))
+            await self.delivery.after_send(to, delivered, self.origin)
         return delivered

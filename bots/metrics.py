@@ -202,3 +202,10 @@ def answered_by() -> str:
     """The model that gave the current turn's latest answer ("" when none did yet)."""
     usage = _USAGE.get()
     return usage.model if usage is not None else ""
+
+
+TRACE_SPANS_DROPPED = Counter(
+    "botweave_trace_spans_dropped_total",
+    "Trace spans that could not be exported (the collector down, slow or refusing); turns never wait for it",
+    registry=REGISTRY,
+)

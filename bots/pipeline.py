@@ -10,6 +10,7 @@ so a message that got no answer is explainable. See docs/architecture.md.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -101,16 +102,49 @@ Handler = Callable[[Inbound], Awaitable[TurnOutcome]]
 Step = Callable[[Inbound, Handler], Awaitable[TurnOutcome]]
 
 
-def compose(steps: Sequence[Step], endpoint: Handler) -> Handler:
-    """One handler that runs `steps` in order and `endpoint` last."""
+#: Told of each step that decided an item's way (it answered or stopped the item rather than
+#: pass it on): the step, when it began (`time.time_ns()`), the item, and the outcome.
+Decided = Callable[[Step, int, Inbound, TurnOutcome], None]
+
+
+def compose(steps: Sequence[Step], endpoint: Handler, *, decided: Decided | None = None) -> Handler:
+    """One handler that runs `steps` in order and `endpoint` last; with `decided`, each step
+    that ends the item's way is reported to it (tracing names the step that refused)."""
     handler = endpoint
     for step in reversed(steps):
-        handler = _chain(step, handler)
+        handler = _chain(step, handler) if decided is None else _observed(step, handler, decided)
     return handler
 
 
 def _chain(step: Step, call_next: Handler) -> Handler:
     async def run(inbound: Inbound) -> TurnOutcome:
         return await step(inbound, call_next)
+
+    return run
+
+
+class _Onward:
+    """A step's `call_next` that notes whether the step called it: the awaitable it returns is
+    the next handler's own, so observing adds no coroutine to each step."""
+
+    __slots__ = ("call_next", "passed")
+
+    def __init__(self, call_next: Handler) -> None:
+        self.call_next = call_next
+        self.passed = False
+
+    def __call__(self, item: Inbound) -> Awaitable[TurnOutcome]:
+        self.passed = True
+        return self.call_next(item)
+
+
+def _observed(step: Step, call_next: Handler, decided: Decided) -> Handler:
+    async def run(inbound: Inbound) -> TurnOutcome:
+        onward = _Onward(call_next)
+        started = time.time_ns()
+        outcome = await step(inbound, onward)
+        if not onward.passed:
+            decided(step, started, inbound, outcome)
+        return outcome
 
     return run

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from botweave import tracing
 from botweave.events import RunEvents
 from botweave.metrics import TOOL_CALLS
 from botweave.types import BotMessage, MessageActionResult
@@ -262,7 +263,12 @@ async def run_call(call: ToolCall, tools: Mapping[str, Tool], context: ToolConte
         if context.run is not None:
             await context.run.tool(call.id, call.name, "failed", _shown_arguments(call))
         return error_text(f"there is no tool named {call.name!r}; tools: {known}")
-    outcome, text = await _call(tool, call, context)
+    with tracing.span(f"execute_tool {call.name}", {"gen_ai.operation.name": "execute_tool",
+                                                    "gen_ai.tool.name": call.name}) as span:
+        outcome, text = await _call(tool, call, context)  # its arguments and result are never traced
+        span.set("botweave.tool.status", outcome)
+        if outcome != "ok":
+            span.fail(outcome)
     TOOL_CALLS.labels(call.name, outcome).inc()
     if context.run is not None:
         await context.run.tool(call.id, call.name, "done" if outcome == "ok" else "failed", _shown_arguments(call))

@@ -60,6 +60,7 @@ class App(LiveParts):
         self.ops: OpsServer | None = None
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
         self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
+        self._tracer = parts.tracer
         #: Reloading, the loop watch and what other processes see of this one (runtime/reload.py).
         self.reloads = Reloads(parts, self, config, self._background)
         #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
@@ -158,6 +159,8 @@ class App(LiveParts):
             await self.model_clients.close()
         await self.models.close()
         await self.store.close()
+        if self._tracer is not None:
+            await asyncio.to_thread(self._tracer.close)
         if self.ops is not None:
             await self.ops.stop()
             self.ops = None
@@ -251,7 +254,11 @@ class App(LiveParts):
         if isinstance(item, BotMessage) and await self.asks.claim(item):
             await self._handling.answered(item)
             return
-        await self._intake.submit(item, self)
+        if self._tracer is None:
+            await self._intake.submit(item, self)
+            return
+        with self._tracer.intake(item):  # the trace's root: its context travels with the item
+            await self._intake.submit(item, self)
 
     async def handle(
         self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, recorded: Recorded | None = None
@@ -259,7 +266,13 @@ class App(LiveParts):
         """Run the pipeline for one item. Items the intake `recorded` (see `Recorded`) and
         `deduplicated` ones were checked when they were recorded, so a turn re-running after a
         crash is not mistaken for a platform retry."""
-        return await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+        if self._tracer is None:
+            return await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+        with self._tracer.turn(item) as span:
+            outcome = await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+            if span is not None:
+                span.set("botweave.outcome", outcome.status.value)
+            return outcome
 
     async def answer_press(self, event: PlatformEvent) -> tuple[PlatformEvent, PressAnswer]:
         """A button press, read in whichever process holds the platform connection: what its

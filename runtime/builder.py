@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from botweave.agents import Agent, History
 from botweave.buttons import ButtonBook
@@ -67,6 +68,9 @@ from botweave.targets import Targets
 from botweave.tasks import TaskOwner
 from botweave.tools import ToolServices, Toolsets
 
+if TYPE_CHECKING:  # the tracer's module imports OpenTelemetry: only where tracing is configured
+    from botweave.runtime.tracing import OtelTracer
+
 
 @dataclass(frozen=True)
 class Lasting:
@@ -103,6 +107,8 @@ class Lasting:
     live: Live
     #: What agents keep about each person (empty when no agent has memory on).
     memory: MemoryKeeper
+    #: One trace per turn, when `ops.tracing` is configured.
+    tracer: OtelTracer | None = None
 
 
 def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
@@ -124,6 +130,11 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     events = conversation_events(config, kept)
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
+    tracer = _tracer(config, role)
+    if tracer is not None and model_processes is None:  # model processes trace their own calls
+        from botweave.runtime.tracing import TracedCalls
+
+        made = TracedCalls(made, tracer)
     history = History(kept)
     platforms = Platforms(config, events, kept)
     delivery = Delivery(hooks, Outbox(kept, ttl), events=events)
@@ -168,7 +179,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, asks=asks, admission=admission,
         control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
-        live=live, memory=memory,
+        live=live, memory=memory, tracer=tracer,
     )
 
 
@@ -205,6 +216,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         schedules = AgentSchedules(
             config.schedules, agents=agents, history=lasting.history, delivery=delivery, targets=targets,
             locks=lasting.locks, bot_config_for=platforms.bot_config, store=kept, failed=notices.schedule_failed,
+            traced=lasting.tracer.run if lasting.tracer is not None else None,
         )
     turn = AgentTurn(
         agents, lasting.history, notices.turn_finished, kept, ttl, approvals=lasting.approvals, events=lasting.events,
@@ -227,6 +239,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         stale=lasting.control.stale_step,
         turn=turn,
         watch=watch_step(lasting.events),
+        decided=lasting.tracer.decided if lasting.tracer is not None else None,
     )
     return Generation(
         config=config, agents=agents, router=router, tools=tools, outgoing=outgoing, notifier=notifier,
@@ -244,10 +257,27 @@ def _model_calls(config: Config) -> tuple[ModelProcesses | None, ModelClients | 
     """Who makes the agents' model calls: helper processes, or the clients right here."""
     models = config.models
     if models.processes:
-        processes = ModelProcesses(models.processes, models.client)
+        processes = ModelProcesses(models.processes, models.client, tracing=_tracing_settings(config))
         return processes, None, processes
     clients = ModelClients(models.client)
     return None, clients, clients
+
+
+def _tracing_settings(config: Config) -> dict[str, object] | None:
+    """`ops.tracing` as a model process gets it: plain values, the headers' secrets revealed."""
+    found = config.ops.tracing
+    if found is None:
+        return None
+    headers = {name: value.get_secret_value() for name, value in found.headers.items()}
+    return {**found.model_dump(exclude={"headers"}), "headers": headers}
+
+
+def _tracer(config: Config, role: Role) -> OtelTracer | None:
+    if config.ops.tracing is None:
+        return None
+    from botweave.runtime.tracing import OtelTracer
+
+    return OtelTracer(config.ops.tracing, role=role)
 
 
 def _tools(config: Config, agents: dict[str, Agent], services: ToolServices, store: Store) -> Toolsets:

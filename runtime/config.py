@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import platformdirs
 import yaml
@@ -74,6 +74,30 @@ PlatformsConfig = create_model(
 )
 
 
+class TracingConfig(Section):
+    """`ops.tracing:` one OpenTelemetry trace per turn, exported over OTLP/HTTP (the extra
+    `botweave[otel]`). Spans: the intake, each pipeline step that decided something, each
+    model call (GenAI attributes), each tool call (never its arguments), each delivery."""
+
+    exporter: Literal["otlp"] = "otlp"
+    """How spans leave the process: `otlp` (OTLP over HTTP, protobuf)."""
+    endpoint: str = "http://127.0.0.1:4318"
+    """The collector's OTLP/HTTP base URL; spans are posted to `<endpoint>/v1/traces`."""
+    service_name: str = "botweave"
+    """The `service.name` every span carries (one per deployment, or per role)."""
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    """Headers sent with each export (a collector's API key: write `${OTLP_TOKEN}`)."""
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """The share of turns traced (a turn's spans are all kept or all dropped)."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL (e.g. http://127.0.0.1:4318)")
+        return value.rstrip("/")
+
+
 class OpsConfig(Section):
     """`ops:` what operators and their tools read: `/metrics`, `/healthz` and `/readyz` on
     `listen` (HOST:PORT), off unless set here or with `--ops-listen`; and the watchdogs of a
@@ -97,6 +121,9 @@ class OpsConfig(Section):
     loop_stall_seconds: Annotated[float, Field(ge=0)] = 30.0
     """Seconds the event loop may run no callback before `/healthz` answers 503 and the stacks
     are written (the process exits at twice this, code 5); 0: off."""
+
+    tracing: Optional[TracingConfig] = None
+    """OpenTelemetry traces of every turn; unset: off (nothing of OpenTelemetry is imported)."""
 
     @field_validator("listen")
     @classmethod

@@ -102,6 +102,29 @@ async def _store(config: Config) -> Check:
     return Check("store", True, f"{redact_url(url)} answers")
 
 
+async def _tracing(config: Config) -> Check | None:
+    """An empty OTLP export to the collector: it must answer 2xx (nothing is traced by it)."""
+    tracing = config.ops.tracing
+    if tracing is None:
+        return None
+    import aiohttp
+
+    url = f"{tracing.endpoint}/v1/traces"
+    headers = {"Content-Type": "application/x-protobuf",
+               **{name: value.get_secret_value() for name, value in tracing.headers.items()}}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=CHECK_TIMEOUT_S)) as session:
+            async with session.post(url, data=b"", headers=headers) as response:
+                status = response.status
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        return Check("tracing", False, f"cannot reach the collector at {url}: {type(exc).__name__}",
+                     "start the collector, or fix ops.tracing.endpoint")
+    if status >= 300:
+        return Check("tracing", False, f"the collector at {url} answered HTTP {status}",
+                     "check ops.tracing.endpoint and ops.tracing.headers (its API key)")
+    return Check("tracing", True, f"the collector at {url} accepts OTLP/HTTP exports")
+
+
 async def _gateway(config: Config) -> list[Check]:
     """The gateway's bind and tokens (those in the store too, when the store is reachable)."""
     url = config.store.url or "memory://"
@@ -220,6 +243,9 @@ async def doctor(path: str | None, *, model: bool = True, out: TextIO) -> int:
     for check in await _platforms(config):
         report(check)
     report(await _store(config))
+    traced = await _tracing(config)
+    if traced is not None:
+        report(traced)
     for check in await _gateway(config):
         report(check)
     for check in await _running(config, path):

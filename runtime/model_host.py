@@ -13,14 +13,18 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any, cast
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, cast
 
-from botweave.model_calls import ModelOutput, failure_fields
+from botweave.model_calls import ModelCalls, ModelOutput, failure_fields
 from botweave.model_clients import ClientChoice, ModelClients
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.model_processes import frame, read_frame
 from botweave.runtime.own_process import tune_own_process
 from botweave.tasks import TaskOwner, register_secret
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only when the bot sends tracing settings
+    from botweave.runtime.tracing import OtelTracer
 
 #: Characters of a failure's message sent back (the bot keeps fewer still).
 MAX_DETAIL = 2000
@@ -81,25 +85,48 @@ class Host:
 
     def __init__(self, writer: asyncio.StreamWriter, client: ClientChoice) -> None:
         self.writer = writer
-        self.calls = ModelClients(client)
+        self.clients = ModelClients(client)
+        self.calls: ModelCalls = self.clients
+        self.tracer: OtelTracer | None = None
         self.running: dict[int, asyncio.Task[None]] = {}
         self.tasks = TaskOwner("model host")
 
-    def take(self, call: int, op: str, payload: Any) -> None:
+    def take(self, call: int, op: str, payload: Any, carried: dict[str, str] | None = None) -> None:
         if op == "cancel":
             task = self.running.pop(call, None)
             if task is not None:
                 task.cancel()
             return
+        if op == "tracing":
+            self._trace(payload)
+            return
         request = payload
         if isinstance(request.get("api_key"), str):
             register_secret(request["api_key"])  # masked in any failure line this process logs
-        work = self._answer(call, request) if op == "answer" else self._stream(call, request)
+        work = self._answer(call, request, carried) if op == "answer" else self._stream(call, request, carried)
         self.running[call] = self.tasks.spawn(work, name=f"model call {call}")
 
-    async def _answer(self, call: int, request: dict[str, Any]) -> None:
+    def _trace(self, settings: dict[str, Any]) -> None:
+        """Export this process's model-call spans, as the bot's tracing settings say."""
+        from botweave.runtime.config import TracingConfig
+        from botweave.runtime.tracing import OtelTracer, TracedCalls
+
+        for value in settings.get("headers", {}).values():
+            register_secret(value)
+        self.tracer = OtelTracer(TracingConfig.model_validate(settings), role="model")
+        self.calls = TracedCalls(self.clients, self.tracer)
+
+    def _joined(self, carried: dict[str, str] | None) -> AbstractContextManager[None]:
+        return nullcontext() if self.tracer is None else self.tracer.joined(carried)
+
+    def close_tracer(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
+
+    async def _answer(self, call: int, request: dict[str, Any], carried: dict[str, str] | None = None) -> None:
         try:
-            output = await self.calls.answer(request)
+            with self._joined(carried):
+                output = await self.calls.answer(request)
         except Exception as exc:
             self._failed(call, exc)
         else:
@@ -107,12 +134,13 @@ class Host:
         finally:
             self.running.pop(call, None)
 
-    async def _stream(self, call: int, request: dict[str, Any]) -> None:
+    async def _stream(self, call: int, request: dict[str, Any], carried: dict[str, str] | None = None) -> None:
         pieces = Coalesced(lambda piece: self.writer.write(frame((call, "output", piece))))
         try:
-            async for piece in self.calls.stream(request):
-                pieces.add(piece)
-                await self.writer.drain()
+            with self._joined(carried):
+                async for piece in self.calls.stream(request):
+                    pieces.add(piece)
+                    await self.writer.drain()
         except asyncio.CancelledError:
             pieces.drop()
             raise
@@ -135,12 +163,13 @@ async def serve(fd: int, client: ClientChoice) -> None:
     servers never loads it."""
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     host = Host(writer, client)
-    host.calls.open()
+    host.clients.open()
     tune_own_process()
     while (message := await read_frame(reader)) is not None:
         host.take(*message)
     await host.tasks.close()
-    await host.calls.close()
+    await host.clients.close()
+    await asyncio.to_thread(host.close_tracer)
     writer.close()
 
 

@@ -9,7 +9,10 @@ their own loop, on another core, with the same clients the bot would use
 reads back the `ModelOutput` (about 50 µs).
 
 The wire is a socket pair private to parent and child: frames of a 4-byte length and a
-pickle. To a child: `(id, "answer" | "stream", request)` and `(id, "cancel", None)`. Back:
+pickle. To a child: `(id, "answer" | "stream", request, trace)` and `(id, "cancel", None)`,
+where `trace` is the turn's trace context (W3C headers) or None; when tracing is configured,
+the first frame is `(0, "tracing", settings)`, so the child's model-call spans are exported
+by the child and join the turn's trace. Back:
 `(id, "output", ModelOutput)` (the answer, or one streamed piece), `(id, "end", None)` after
 a stream's last piece, `(id, "failed", (type name, message))`.
 
@@ -30,6 +33,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+from botweave import tracing
 from botweave.model_calls import ModelCallFailed, ModelOutput
 from botweave.model_clients import ClientChoice
 from botweave.tasks import TaskOwner
@@ -41,16 +45,16 @@ FRAME = struct.Struct("!I")
 CLOSE_SECONDS = 5.0
 
 
-def frame(message: tuple[int, str, Any]) -> bytes:
+def frame(message: tuple[Any, ...]) -> bytes:
     body = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
     return FRAME.pack(len(body)) + body
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[int, str, Any] | None:
+async def read_frame(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
     """The next message, or None when the other side closed the socket."""
     try:
         (size,) = FRAME.unpack(await reader.readexactly(FRAME.size))
-        message: tuple[int, str, Any] = pickle.loads(await reader.readexactly(size))
+        message: tuple[Any, ...] = pickle.loads(await reader.readexactly(size))
     except (asyncio.IncompleteReadError, ConnectionError):
         return None
     return message
@@ -74,7 +78,7 @@ class _Child:
         self.waiting: dict[int, asyncio.Future[ModelOutput] | asyncio.Queue[tuple[str, Any]]] = {}
         self.alive = True
 
-    def send(self, message: tuple[int, str, Any]) -> None:
+    def send(self, message: tuple[Any, ...]) -> None:
         self.writer.write(frame(message))
 
     def forget(self, call: int) -> None:
@@ -112,13 +116,15 @@ class _Child:
 
 class ModelProcesses:
     """`ModelCalls` answered by `count` helper processes, each call by the one with the fewest
-    calls in flight."""
+    calls in flight. With `tracing` (the `ops.tracing` settings, secrets revealed: they go
+    over the private socket, never a command line), each child exports its calls' spans."""
 
-    def __init__(self, count: int, client: ClientChoice = "auto") -> None:
+    def __init__(self, count: int, client: ClientChoice = "auto", tracing: dict[str, Any] | None = None) -> None:
         if count < 1:
             raise ValueError("model processes need a count of at least 1")
         self.count = count
         self.client = client
+        self.tracing = tracing
         self._children: list[_Child | None] = [None] * count
         self._spawning = asyncio.Lock()
         self._readers = TaskOwner("model processes")
@@ -134,7 +140,7 @@ class ModelProcesses:
         call = self._call_id()
         answered: asyncio.Future[ModelOutput] = asyncio.get_running_loop().create_future()
         child.waiting[call] = answered
-        child.send((call, "answer", request))
+        child.send((call, "answer", request, tracing.carrier()))
         try:
             return await answered
         finally:
@@ -145,7 +151,7 @@ class ModelProcesses:
         call = self._call_id()
         pieces: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         child.waiting[call] = pieces
-        child.send((call, "stream", request))
+        child.send((call, "stream", request, tracing.carrier()))
         try:
             while True:
                 kind, payload = await pieces.get()
@@ -208,6 +214,8 @@ class ModelProcesses:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
         child = _Child(index + 1, process, writer)
+        if self.tracing is not None:
+            child.send((0, "tracing", self.tracing))
         self._children[index] = child
         self._readers.spawn(self._read(child, reader), name=f"model process {child.number}")
         log.info("model process %d started (pid %d)", child.number, process.pid)

@@ -9,7 +9,7 @@ from botweave.commands import CommandRegistry
 from botweave.delivery import Delivery
 from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
-from botweave.pipeline import Handler, Step, compose
+from botweave.pipeline import Decided, Handler, Step, compose
 from botweave.policies.access_control import AccessControl
 from botweave.policies.admission import AdmissionStep
 from botweave.policies.authors import AuthorScreen
@@ -38,6 +38,7 @@ def build_pipeline(
     guard: Step,
     turn: AgentTurn,
     watch: Watch | None = None,
+    decided: Decided | None = None,
 ) -> Handler:
     steps: list[Step] = [
         authors,  # our own echoes, bots (within the loop guard), commands for other bots
@@ -60,4 +61,4 @@ def build_pipeline(
         guard,  # /stop, edits, deletions and busy_mode cancel or re-run the turn
         media,  # the files of a message an agent answers: read within the media limits
     ]
-    return compose(steps, turn)
+    return compose(steps, turn, decided=decided)

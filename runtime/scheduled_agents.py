@@ -46,6 +46,7 @@ from botweave.runtime.turns import user_entry
 from botweave.store import Store
 from botweave.targets import Targets
 from botweave.tooling import ToolContext
+from botweave.tracing import Traced
 from botweave.types import BotChannel, BotMessage, BotUser
 from pydantic import Field, model_validator
 
@@ -116,6 +117,7 @@ class AgentSchedules(CronScheduler):
         failed: Failed | None = None,
         clock: Clock = _utc_now,
         trigger_for: Callable[[ScheduleConfig], BaseTrigger] | None = None,
+        traced: Traced | None = None,
     ) -> None:
         self.configs = dict(configs)
         self._agents = agents
@@ -125,6 +127,7 @@ class AgentSchedules(CronScheduler):
         self._conversation_locks = locks
         self._bot_config_for = bot_config_for
         self._failed = failed
+        self._traced = traced
         build = trigger_for or (lambda config: cron_trigger(config.cron, config.timezone))
         jobs = [Job(name, build(config), config.misfire_grace_seconds) for name, config in self.configs.items()]
         super().__init__(jobs, self._scheduled, store, self._missed, clock)
@@ -154,7 +157,11 @@ class AgentSchedules(CronScheduler):
         ):
             return  # another worker has this occurrence
         try:
-            await self._post(name, self.configs[name], stamp)
+            if self._traced is None:
+                await self._post(name, self.configs[name], stamp)
+            else:  # a run nobody wrote: a trace of its own
+                with self._traced("botweave.schedule", {"botweave.schedule": name}):
+                    await self._post(name, self.configs[name], stamp)
         except (ScheduleFailed, AgentError) as exc:
             await self._record_failure(name, stamp, str(exc))
         except Exception as exc:
