@@ -24,7 +24,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -51,6 +51,7 @@ from botweave.budgets import (
 )
 from botweave.config import AgentConfig, ModelPrice
 from botweave.failover import Attempt, Call, Candidate, Failure, GiveUp, classify, cooldown_seconds, decide
+from botweave.identity import person_of
 from botweave.metrics import COST_USD, MODEL_COOLDOWNS, MODEL_FAILOVERS
 from botweave.model_info import Price, load_cost_map, price_of, window_of
 from botweave.store import MemoryStore, Store
@@ -388,6 +389,7 @@ class ModelSession:
     routes: list[Route]
     attempts: list[Attempt] = field(default_factory=list)
     _windows_known: bool = False
+    _person_known: bool = False
 
     @property
     def secrets(self) -> list[str]:
@@ -397,6 +399,8 @@ class ModelSession:
         """The candidate to ask now and the request to send it; raises when none may be asked
         (`CallRefused` with what to tell the person, else `AgentError` naming the failure)."""
         guard = self.guard
+        if not self._person_known:
+            await self._person()
         now = guard.clock()
         day, _, midnight = guard.calendar(now)
         limits, keys = guard.checks(self.who, day)
@@ -420,6 +424,18 @@ class ModelSession:
             failed = next(r.candidate.model for r in self.routes if r.candidate.key == last.candidate)
             MODEL_FAILOVERS.labels(self.agent, failed, route.candidate.model, last.failure.kind).inc()
         return route, route.request(request)
+
+    async def _person(self) -> None:
+        """Accounts a person linked (`/link`) share one budget: with per-person limits set, a
+        turn counts against the person its account belongs to (one read, once a turn)."""
+        self._person_known = True
+        user, budgets = self.who.user, self.guard.budgets
+        if user is None or budgets.per_user is None or user in budgets.exempt_users:
+            return
+        platform, _, user_id = user.partition(":")
+        person = await person_of(self.guard.store, platform, user_id)
+        if person != user:
+            self.who = replace(self.who, user=person)
 
     async def failed(self, route: Route, exc: BaseException) -> Failure:
         """Note a failed call: cool its candidate down when the provider asked for a pause,

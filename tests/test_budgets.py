@@ -206,3 +206,20 @@ def test_check_names_the_models_without_a_known_price(tmp_path):
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stdout.splitlines() if "no known price" in line]
     assert line.endswith(": openai/my-local-model")
+
+
+async def test_accounts_linked_by_one_person_share_one_budget(llm):
+    """Ann's second account, linked to her first with /link, spends the same daily budget."""
+    from botweave.identity import link_key
+
+    llm.queue(Reply(text="First answer.", usage=USAGE))
+    app, adapter = budget_bot(llm, {"per_user": {"tokens_per_day": 100}})
+    async with running(app):
+        await app.store.set(link_key("test", "ann-phone"), "test:ann")
+        answered = await app.handle(message("one", user_id="ann"))
+        refused = await app.handle(message("two", user_id="ann-phone", chat_id="c2"))
+    assert answered.status == "replied" and refused.status == "agent_error"
+    assert [s.text for s in adapter.sent if s.chat_id == "c2"] == [
+        "Daily limit reached (100 tokens). It resets at 00:00 UTC."
+    ]
+    assert llm.count("primary") == 1, "no model call for the linked account once the person's limit was spent"
