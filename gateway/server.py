@@ -449,9 +449,10 @@ class Gateway:
 
     async def _snapshot(self, caller: Caller) -> dict[str, Any]:
         snapshot: dict[str, Any] = {"sessions": [], "approvals": [], "pairing": [], "asks": []}
+        allowed = set(self.methods.allowed(caller))  # a share's are few: it reads its session only
         for name, key, field in (("sessions.list", "sessions", "sessions"), ("approvals.list", "approvals", "approvals"),
                                  ("pairing.list", "pairing", "requests"), ("ask.list", "asks", "asks")):
-            if name in self.methods and caller.has(self.methods.scope_of(name)):
+            if name in allowed:
                 answer = await self.methods.call(caller, name, {})
                 snapshot[key] = answer.get(field, [])
         return snapshot

@@ -156,7 +156,7 @@ def test_recipients_must_be_on_an_installed_platform() -> None:
         load_config({**agents, "push": {"recipients": {"fax:1": {}, "telegram:1": {"detail": "loud"}}}}, env={})
     assert info.value.problems == [
         "push.recipients.fax:1: write recipients as <platform>:<user_id> with platform one of "
-        "console, discord, slack, teams, telegram, web, e.g. \"telegram:123456\" (got 'fax:1')",
+        "console, discord, email, matrix, slack, teams, telegram, web, whatsapp, e.g. \"telegram:123456\" (got 'fax:1')",
         "push.recipients.telegram:1.detail: unknown detail level 'loud'; choose one of: private, identified, detailed",
     ]
     config = load_config({**agents, "push": {"recipients": {"slack:U1": {"name": "sam"}}}}, env={})

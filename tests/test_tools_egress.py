@@ -135,6 +135,8 @@ async def web_server() -> AsyncIterator[str]:
 def make_app(llm: OpenAIEmulator, *, network: dict[str, Any] | None = None, agent_network: dict[str, Any] | None = None) -> App:
     remote: dict[str, Any] = {
         "model": "openai/gpt-emulated", "api_base": llm.base_url, "api_key": "sk-loopback", "tools": ["fetch_url"],
+        # a model with a large window: what is measured here is the page cap, not the window's
+        "context": {"max_tokens": 1_000_000},
     }
     if agent_network is not None:
         remote["network"] = agent_network

@@ -27,6 +27,8 @@ def config(llm: OpenAIEmulator, server: dict[str, Any], *, timeout: float = 20, 
            **extra: Any) -> dict[str, Any]:
     made = base_config(llm, {name: server}, **extra)
     made["agents"]["remote"]["tools"][0]["timeout_seconds"] = timeout
+    # a model with a large window: what is measured here is the server's cap, not the window's
+    made["agents"]["remote"]["context"] = {"max_tokens": 1_000_000}
     return made
 
 
