@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
+from botweave.conversations import ConversationLocks, conversation_key
 from botweave.files import FileSource
 from botweave.pipeline import TurnOutcome
 from botweave.push import NotificationCategory, NotificationOutcome, Recipient
@@ -61,6 +62,7 @@ class App(LiveParts):
         self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
         self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
         self._tracer = parts.tracer
+        self._arrivals = ConversationLocks()  # the order a conversation's messages are submitted in
         #: Reloading, the loop watch and what other processes see of this one (runtime/reload.py).
         self.reloads = Reloads(parts, self, config, self._background)
         #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
@@ -251,9 +253,19 @@ class App(LiveParts):
         returns, and its turn runs in the background. A failure to record raises, so the
         adapter does not acknowledge what could still be lost. A message that answers a
         question an agent asked (`ask_user`) is that answer, and starts no turn."""
-        if isinstance(item, BotMessage) and await self.asks.claim(item):
-            await self._handling.answered(item)
+        if not isinstance(item, BotMessage):
+            await self._record(item)
             return
+        # Whether it answers a question may take a store read; in its conversation's arrival
+        # order, so a later message (an SDK hands each over in a task of its own) never
+        # records first. Recording spawns the turn, so nothing here waits for one.
+        async with self._arrivals.hold(conversation_key(item)):
+            if await self.asks.claim(item):
+                await self._handling.answered(item)
+                return
+            await self._record(item)
+
+    async def _record(self, item: BotMessage | PlatformEvent) -> None:
         if self._tracer is None:
             await self._intake.submit(item, self)
             return
