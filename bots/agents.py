@@ -356,14 +356,14 @@ class Agent:
 
     def _session(self, turn: ToolTurn) -> ModelSession:
         """The turn's model calls through the guard: its candidates, cool-downs and budgets,
-        counted as the person's and the chat's when a message started the turn."""
+        counted as the person's and the chat's when a message started the turn, as the
+        conversation's chat when none did (a room's scheduled stand-up)."""
         origin = turn.context.origin
-        who = who_of(
-            self.name,
-            origin.platform if origin is not None else None,
-            origin.sender.user_id if origin is not None else None,
-            origin.channel.channel_id if origin is not None else None,
-        )
+        if origin is not None:
+            who = who_of(self.name, origin.platform, origin.sender.user_id, origin.channel.channel_id)
+        else:
+            platform, _, chat = (turn.context.conversation or "").partition(":")
+            who = who_of(self.name, platform or None, None, chat or None)
         if self.guard is None:
             self.guard = ModelGuard()
         return self.guard.session(self.name, self.config, who)

@@ -239,13 +239,12 @@ class Room:
             return None
         prompt = self.user_turn(speaker, round_, transcript)
         try:
-            if origin is None:
-                reply = await member.complete([], prompt)
-            else:
-                turn = ToolTurn(ToolContext(member.name, origin, conversation, asks=self.asks))
-                if self.briefing is not None:
-                    turn.instructions = await self.briefing(member.name, origin)
-                reply = await member.complete([], prompt, turn)
+            # A stand-up nobody opened still runs in the room's conversation: its calls count
+            # against the agent's budget and the room's channel.
+            turn = ToolTurn(ToolContext(member.name, origin, conversation, asks=self.asks))
+            if origin is not None and self.briefing is not None:
+                turn.instructions = await self.briefing(member.name, origin)
+            reply = await member.complete([], prompt, turn)
         except Exception as exc:  # a failing model must not stop the room
             log.warning("room %s: %s failed, recording a pass: %s", self.name, speaker, exc)
             return None

@@ -223,3 +223,21 @@ async def test_accounts_linked_by_one_person_share_one_budget(llm):
         "Daily limit reached (100 tokens). It resets at 00:00 UTC."
     ]
     assert llm.count("primary") == 1, "no model call for the linked account once the person's limit was spent"
+
+
+async def test_a_turn_nobody_wrote_counts_against_its_conversations_chat(llm):
+    """A room's scheduled stand-up has no person's message: its calls count against the
+    agent and the room's channel, so a channel's daily limit holds for it too."""
+    from botweave.agents import AgentError, ToolTurn
+    from botweave.tooling import ToolContext
+
+    llm.queue(Reply(text="Stand-up notes.", usage=USAGE), Reply(text="Elsewhere.", usage=USAGE))
+    app, _ = budget_bot(llm, {"per_chat": {"tokens_per_day": 100}})
+    async with running(app):
+        agent = app.agents["assistant"]
+        first = await agent.complete([], "Plan the day", ToolTurn(ToolContext("assistant", None, "test:standup")))
+        with pytest.raises(AgentError):
+            await agent.complete([], "And again", ToolTurn(ToolContext("assistant", None, "test:standup")))
+        other = await agent.complete([], "Plan the day", ToolTurn(ToolContext("assistant", None, "test:other")))
+    assert (first, other) == ("Stand-up notes.", "Elsewhere.")
+    assert llm.count("primary") == 2, "no model call in the channel whose limit was spent"

@@ -34,7 +34,7 @@ class Scripted:
         self.delay = delay
         self.turns: list[str] = []
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
+    async def complete(self, history: list[dict[str, str]], user_turn: str, turn: object = None) -> str:
         self.turns.append(user_turn)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -45,7 +45,7 @@ class Failing:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def complete(self, history: list[dict[str, str]], user_turn: str) -> str:
+    async def complete(self, history: list[dict[str, str]], user_turn: str, turn: object = None) -> str:
         raise RuntimeError("model unavailable")
 
 
@@ -184,7 +184,7 @@ async def test_other_conversations_run_concurrently():
     gate = asyncio.Event()
 
     class Waiting(Scripted):
-        async def complete(self, history, user_turn):
+        async def complete(self, history, user_turn, turn=None):
             if "slow one" in user_turn:
                 await gate.wait()
             return "done"
@@ -205,7 +205,7 @@ async def test_restored_room_continues_with_the_same_speaker(store):
     entered = asyncio.Event()
 
     class Hanging(Scripted):
-        async def complete(self, history, user_turn):
+        async def complete(self, history, user_turn, turn=None):
             entered.set()
             await gate.wait()
             return "never"

@@ -55,7 +55,7 @@ class Member:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    async def complete(self, history, user_turn):
+    async def complete(self, history, user_turn, turn=None):
         return f"{self.name}: all good"
 
 
