@@ -216,6 +216,33 @@ def _live_key(approval_id: str) -> str:
 PENDING = "approvals:pending:"
 
 
+async def settled(
+    store: Store, key: str, live_key: str, deadline: float, wakeup: asyncio.Event, *, poll: float, timeout: str
+) -> str:
+    """How a waiting turn's question ended: the outcome stored under `key` by whichever
+    process settled it (a press, an answer; `wakeup` is set when it was this one), or `timeout`
+    written there once `deadline` (Unix time) passes, unless an outcome wins that race.
+    Meanwhile `live_key` is renewed, so a restart can tell a question still waited on from
+    one its process left open."""
+    renew_at = time.monotonic() + RENEW_S
+    while True:
+        raw = await store.get(key)
+        if raw is not None:
+            return raw
+        left = deadline - time.time()
+        if left <= 0:
+            if await store.set_if_absent(key, timeout, ttl=KEEP_S):
+                return timeout
+            continue  # an outcome won the race against the deadline
+        if time.monotonic() >= renew_at:
+            await store.set(live_key, PROCESS, ttl=LIVE_TTL_S)
+            renew_at = time.monotonic() + RENEW_S
+        try:
+            await asyncio.wait_for(wakeup.wait(), min(poll, left))
+        except asyncio.TimeoutError:
+            pass
+
+
 class ApprovalDesk:
     """Asks approvers and reads their presses (see the module docstring). It implements the
     kernel's `Approvals`; the runtime hands it to every turn and routes presses to `answer`."""
@@ -346,24 +373,11 @@ class ApprovalDesk:
     async def _wait(self, request: Request, wakeup: asyncio.Event) -> Decision:
         """The decision: a press (seen in the store, so it may come from any process), or the
         deadline passing first."""
-        renew_at = time.monotonic() + RENEW_S
-        while True:
-            raw = await self._store.get(_decision_key(request.id))
-            if raw is not None:
-                return Decision.from_json(raw)
-            left = request.deadline - time.time()
-            if left <= 0:
-                timeout = Decision("timeout")
-                if await self._store.set_if_absent(_decision_key(request.id), timeout.to_json(), ttl=KEEP_S):
-                    return timeout
-                continue  # a press won the race against the deadline
-            if time.monotonic() >= renew_at:
-                await self._store.set(_live_key(request.id), PROCESS, ttl=LIVE_TTL_S)
-                renew_at = time.monotonic() + RENEW_S
-            try:
-                await asyncio.wait_for(wakeup.wait(), min(self._poll, left))
-            except asyncio.TimeoutError:
-                pass
+        raw = await settled(
+            self._store, _decision_key(request.id), _live_key(request.id), request.deadline, wakeup,
+            poll=self._poll, timeout=Decision("timeout").to_json(),
+        )
+        return Decision.from_json(raw)
 
     async def _show(self, request: Request, decision: Decision) -> None:
         """Edit the request to show how it ended, its buttons gone (and tell the gateway's

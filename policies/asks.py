@@ -37,7 +37,7 @@ from botweave.tasks import TaskOwner
 from botweave.tooling import ToolContext
 from botweave.types import BotMessage, Button, PlatformEvent, PressAnswer
 
-from .approvals import KEEP_S, LIVE_TTL_S, POLL_S, RENEW_S
+from .approvals import KEEP_S, LIVE_TTL_S, POLL_S, settled
 
 log = logging.getLogger(__name__)
 
@@ -307,24 +307,11 @@ class AskDesk:
 
     async def _wait(self, asked: Question, wakeup: asyncio.Event) -> Answer:
         """The answer (seen in the store, so it may come from any process), or the deadline."""
-        renew_at = time.monotonic() + RENEW_S
-        while True:
-            raw = await self._store.get(_answer_key(asked.id))
-            if raw is not None:
-                return Answer.from_json(raw)
-            left = asked.deadline - time.time()
-            if left <= 0:
-                timeout = Answer("timeout")
-                if await self._store.set_if_absent(_answer_key(asked.id), timeout.to_json(), ttl=KEEP_S):
-                    return timeout
-                continue  # an answer won the race against the deadline
-            if time.monotonic() >= renew_at:
-                await self._store.set(_live_key(asked.id), PROCESS, ttl=LIVE_TTL_S)
-                renew_at = time.monotonic() + RENEW_S
-            try:
-                await asyncio.wait_for(wakeup.wait(), min(self._poll, left))
-            except asyncio.TimeoutError:
-                pass
+        raw = await settled(
+            self._store, _answer_key(asked.id), _live_key(asked.id), asked.deadline, wakeup,
+            poll=self._poll, timeout=Answer("timeout").to_json(),
+        )
+        return Answer.from_json(raw)
 
     async def _show(self, asked: Question, answer: Answer) -> None:
         """Edit the question to show how it ended, its buttons gone (and tell the gateway's
