@@ -353,10 +353,16 @@ class AskDesk:
             return PressAnswer(refusal, alert=refusal.startswith("This question expired"))
         return PressAnswer(f"Answered: {value}")
 
+    @property
+    def listening(self) -> bool:
+        """Whether a message could be an answer: a question waits here, or (a shared store)
+        may wait in another process. When not, `claim` has nothing to look up."""
+        return bool(self._waiting) or self._shared
+
     async def claim(self, item: BotMessage) -> bool:
         """Whether `item` is the answer to an open question (and is now recorded as such):
         a message, not a command, from the person asked, in the conversation asked in."""
-        if not self._waiting and not self._shared:
+        if not self.listening:
             return False  # the common case: nobody waits, nothing to look up
         if item.sender.is_bot or item.is_command:
             return False

@@ -253,8 +253,8 @@ class App(LiveParts):
         returns, and its turn runs in the background. A failure to record raises, so the
         adapter does not acknowledge what could still be lost. A message that answers a
         question an agent asked (`ask_user`) is that answer, and starts no turn."""
-        if not isinstance(item, BotMessage):
-            await self._record(item)
+        if not isinstance(item, BotMessage) or not self.asks.listening:
+            await self._record(item)  # no question waits anywhere: nothing to claim, no lock
             return
         # Whether it answers a question may take a store read; in its conversation's arrival
         # order, so a later message (an SDK hands each over in a task of its own) never
