@@ -18,8 +18,11 @@ trimmed, says nothing of a summary, and the next turn tries again.
 Token counts: an estimate, a token per three ASCII characters (English prose runs near four,
 so this errs on the safe side) and one per other character (CJK text runs close to a token a
 character), four per message for its framing, and a flat `IMAGE_TOKENS` per image; for a
-model litellm knows, the larger of that and litellm's `token_counter` (text that tokenizes
-densely, such as ids and digits, can run over the estimate). litellm is imported (once, in a
+model litellm knows, the larger of that and litellm's `token_counter` with the tiktoken
+encoding litellm ships (text that tokenizes densely, such as ids and digits, can run over the
+estimate). The tokenizer is always that one: left to choose, litellm downloads a model's own
+tokenizer from Hugging Face (for Llama, Replicate and Claude models, and on older litellm for
+any provider-prefixed name), a network call with retries inside a turn. litellm is imported (once, in a
 thread) only when the count matters: the agent sets `context.max_tokens`, or a request is over
 `SMALL_REQUEST` by the estimate. Counts of stored turns are cached by their stored text.
 """
@@ -160,7 +163,9 @@ class TokenCounter:
         litellm = self._litellm()
         if litellm is not None and isinstance(message.get("content"), str) and not message.get("tool_calls"):
             try:
-                return max(estimate, int(litellm.token_counter(model=self.model, messages=[message])))
+                local = {"type": "openai_tokenizer", "tokenizer": litellm.utils.encoding}
+                counted = litellm.token_counter(model=self.model, messages=[message], custom_tokenizer=local)
+                return max(estimate, int(counted))
             except Exception:  # a tokenizer that cannot load: the estimate stands in
                 log.debug("token_counter failed for %s; estimating", self.model, exc_info=True)
         return estimate

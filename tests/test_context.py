@@ -14,6 +14,7 @@ from botweave.context import (
     SUMMARY_TOKENS,
     ContextPlan,
     TokenCounter,
+    estimate_message,
     estimate_text,
     plan_context,
 )
@@ -82,12 +83,63 @@ def test_a_model_litellm_knows_counts_the_larger_of_its_tokenizer_and_the_estima
     from botweave.model_calls import litellm_module
 
     litellm = litellm_module()
+    tiktoken = {"type": "openai_tokenizer", "tokenizer": litellm.utils.encoding}
     counter = TokenCounter("openai/gpt-4o-mini")
     dense = {"role": "user", "content": " ".join(f"{n:x}{n * 7919:x}" for n in range(400))}
     prose = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 40}
     for sent in (dense, prose):
-        exact = litellm.token_counter(model="openai/gpt-4o-mini", messages=[sent])
-        assert TokenCounter("openai/gpt-4o-mini").message(sent) == max(exact, counter.message(sent)) >= exact
+        exact = litellm.token_counter(model="openai/gpt-4o-mini", messages=[sent], custom_tokenizer=tiktoken)
+        assert counter.message(sent) == max(exact, estimate_message(sent))
+    assert counter.message(dense) > estimate_message(dense)  # ids tokenize densely: the count wins
+
+
+COUNT_IN_A_FRESH_PROCESS = """
+import sys, time
+from botweave.model_calls import litellm_module
+from botweave.context import TokenCounter
+litellm_module()
+started = time.monotonic()
+for model in sys.argv[1:]:
+    TokenCounter(model).message({"role": "user", "content": "How many tokens is this? " * 50})
+print(time.monotonic() - started)
+"""
+
+
+def test_counting_tokens_never_fetches_a_tokenizer_from_the_network():
+    """Left to choose, litellm downloads Llama's, Replicate's (and on older litellm any prefixed
+    model's) tokenizer from Hugging Face, with retries, inside the turn: the count must not."""
+    import http.server
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("HF_HUB_OFFLINE", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", COUNT_IN_A_FRESH_PROCESS, "openai/gpt-4o", "replicate/meta/llama-2-70b-chat"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        hub.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert asked == []
+    assert float(done.stdout.strip().splitlines()[-1]) < 2.0
 
 
 WINDOW = 600
