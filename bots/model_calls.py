@@ -39,12 +39,14 @@ class CallPart:
 @dataclass(frozen=True, slots=True)
 class ModelOutput:
     """A whole answer, or one streamed piece of it. `usage` is (prompt, completion) tokens when
-    the provider reported them."""
+    the provider reported them; `model` the model that answered, as the provider named it
+    (often more exact than the one asked: a dated version)."""
 
     text: str = ""
     calls: tuple[CallPart, ...] = ()
     image_urls: tuple[str, ...] = ()
     usage: tuple[int, int] | None = None
+    model: str = ""
 
 
 class ModelCallFailed(RuntimeError):
@@ -157,7 +159,7 @@ class LitellmCalls:
             CallPart(position, call.id or "", call.function.name or "", call.function.arguments or "")
             for position, call in enumerate(getattr(message, "tool_calls", None) or [])
         )
-        return ModelOutput(text_of(message.content), calls, image_urls(message), usage_of(response))
+        return ModelOutput(text_of(message.content), calls, image_urls(message), usage_of(response), model_of(response))
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
         litellm = await load_litellm()
@@ -176,7 +178,7 @@ def piece_of(chunk: Any) -> ModelOutput:
     usage = usage_of(chunk)
     delta = chunk.choices[0].delta if chunk.choices else None
     if delta is None:
-        return ModelOutput(usage=usage)
+        return ModelOutput(usage=usage, model=model_of(chunk))
     calls = []
     for position, part in enumerate(getattr(delta, "tool_calls", None) or []):
         index = getattr(part, "index", None)
@@ -189,7 +191,12 @@ def piece_of(chunk: Any) -> ModelOutput:
                 getattr(function, "arguments", None) or "",
             )
         )
-    return ModelOutput(text_of(delta.content), tuple(calls), image_urls(delta), usage)
+    return ModelOutput(text_of(delta.content), tuple(calls), image_urls(delta), usage, model_of(chunk))
+
+
+def model_of(response: Any) -> str:
+    """The model a response or stream chunk says answered ("" when it does not say)."""
+    return str(getattr(response, "model", None) or "")
 
 
 def usage_of(response: Any) -> tuple[int, int] | None:

@@ -56,6 +56,7 @@ from botweave.metrics import COST_USD, MODEL_COOLDOWNS, MODEL_FAILOVERS
 from botweave.model_info import Price, load_cost_map, price_of, window_of
 from botweave.store import MemoryStore, Store
 from botweave.tasks import TaskOwner, redact
+from botweave.tracing import before_call
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ COOLDOWN_PREFIX = "cooldown:"
 STRIKES_PREFIX = "cooldown-strikes:"
 #: How often the owner hears of one key being refused.
 AUTH_ALERT_EVERY_S = 3600.0
+#: The event on the span of a model call that took over from a failed one: from, to and why.
+FAILOVER_EVENT = "botweave.failover"
 
 
 #: Failures of a model call (as litellm names them) that no retry mends: the key is missing or
@@ -388,6 +391,9 @@ class ModelSession:
     who: Who
     routes: list[Route]
     attempts: list[Attempt] = field(default_factory=list)
+    #: The last call failed: the next one takes over from it (a failover; a later round's
+    #: call after an answer is not one, though the failed candidate stays out of the turn).
+    _failing: bool = False
     _windows_known: bool = False
     _person_known: bool = False
 
@@ -419,10 +425,13 @@ class ModelSession:
             log.info("agent %s: waiting %.1fs for %s", self.agent, decision.wait, decision.candidate.model)
             await guard.sleep(decision.wait)
         route = next(r for r in self.routes if r.candidate.key == decision.candidate.key)
-        if self.attempts:
+        if self._failing:
             last = self.attempts[-1]
             failed = next(r.candidate.model for r in self.routes if r.candidate.key == last.candidate)
             MODEL_FAILOVERS.labels(self.agent, failed, route.candidate.model, last.failure.kind).inc()
+            before_call(FAILOVER_EVENT, {"botweave.failover.from_model": failed,
+                                         "botweave.failover.to_model": route.candidate.model,
+                                         "botweave.failover.reason": last.failure.kind})
         return route, route.request(request)
 
     async def _person(self) -> None:
@@ -442,6 +451,7 @@ class ModelSession:
         tell the owner when its key was refused."""
         failure = classify(exc)
         self.attempts.append(Attempt(route.candidate.key, failure))
+        self._failing = True
         log.warning(
             "agent %s: %s failed (%s: %s)%s", self.agent, route.candidate.model, failure.name,
             self._masked(failure.detail)[:300], "; trying another model" if failure.retryable else "",
@@ -467,6 +477,7 @@ class ModelSession:
 
     async def answered(self, route: Route, usage: tuple[int, int] | None) -> None:
         """Count an answer's tokens and cost (the counters are written in the background)."""
+        self._failing = False
         if not usage or not any(usage):
             return
         prompt, completion = usage

@@ -404,7 +404,8 @@ def output_of(body: Any) -> ModelOutput:
     if not choices or not isinstance(choices[0], dict):
         raise APIConnectionError(f"the model's answer has no choices: {str(body)[:200]}")
     message = choices[0].get("message") or {}
-    return ModelOutput(text_of(message.get("content")), _calls(message.get("tool_calls")), image_urls(message), _usage(body))
+    return ModelOutput(text_of(message.get("content")), _calls(message.get("tool_calls")), image_urls(message), _usage(body),
+                       str(body.get("model") or ""))
 
 
 def piece_of(chunk: dict[str, Any]) -> tuple[ModelOutput, bool]:
@@ -412,8 +413,9 @@ def piece_of(chunk: dict[str, Any]) -> tuple[ModelOutput, bool]:
     usage = _usage(chunk)
     choices = chunk.get("choices")
     if not choices or not isinstance(choices[0], dict):
-        return ModelOutput(usage=usage), False
+        return ModelOutput(usage=usage, model=str(chunk.get("model") or "")), False
     choice = choices[0]
     delta = choice.get("delta") or {}
-    piece = ModelOutput(text_of(delta.get("content")), _calls(delta.get("tool_calls")), image_urls(delta), usage)
+    piece = ModelOutput(text_of(delta.get("content")), _calls(delta.get("tool_calls")), image_urls(delta), usage,
+                        str(chunk.get("model") or ""))
     return piece, bool(choice.get("finish_reason"))

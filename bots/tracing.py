@@ -1,9 +1,10 @@
 """Where a turn's work happens, for whoever traces it.
 
 The kernel marks its units of work (a tool call, a delivery, a retried send) with `span` and
-`event`; the runtime, when tracing is configured, makes `CURRENT` the tracer of the turn that
-runs, and its spans nest by the tracer's own context. With no tracer (the default) both are
-a lookup and nothing more, and no tracing library is ever imported.
+`event`, and a failover with `before_call` (the next model call's span records it); the
+runtime, when tracing is configured, makes `CURRENT` the tracer of the turn that runs, and its
+spans nest by the tracer's own context. With no tracer (the default) each is a lookup and
+nothing more, and no tracing library is ever imported.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ class Tracer(Protocol):
     def event(self, name: str, attributes: Attributes) -> None:
         """Something that happened within the current span (a retry, a failover)."""
 
+    def before_call(self, name: str, attributes: Attributes) -> None:
+        """An event for the span of the next model call made in this context (a failover:
+        decided before that call's span begins)."""
+
     def carrier(self) -> dict[str, str]:
-        """The current span's context as W3C headers, for work that goes on in another process."""
+        """The current span's context as W3C headers, for work that goes on in another process
+        (with the event `before_call` left for the model call that process makes)."""
 
 
 #: How a run nobody wrote (a schedule's) is traced: `with traced(name, attributes):` around it.
@@ -75,6 +81,13 @@ def event(name: str, attributes: Attributes = _NO_ATTRIBUTES) -> None:
     tracer = CURRENT.get()
     if tracer is not None:
         tracer.event(name, attributes)
+
+
+def before_call(name: str, attributes: Attributes) -> None:
+    """Something the next model call's span should say it follows (a failover, its reason)."""
+    tracer = CURRENT.get()
+    if tracer is not None:
+        tracer.before_call(name, attributes)
 
 
 def carrier() -> dict[str, str] | None:

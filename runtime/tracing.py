@@ -1,144 +1,213 @@
 """OpenTelemetry traces, when `ops.tracing` is configured: one trace per turn.
 
-The tracer here is the kernel's `Tracer` made of the OpenTelemetry SDK, on a provider of its
-own (the program's global provider, if it has one, is left alone). A turn's trace starts at
-intake: `intake` opens the root span and writes its context into the message's metadata,
-which travels with it through the journal or the Redis stream, so the worker that answers
-(`turn`) continues the same trace; a model process (`models.processes`) gets the context
-with each call and continues it too (`joined`). Within a turn the kernel's spans (tools, delivery) and the
-ones made here (model calls, the pipeline step that decided) nest by OpenTelemetry's own
-context. Spans leave through a batch processor on its own thread: a collector that is down
-or slow costs a turn nothing, and what could not be exported is counted, not retried.
+The tracer here is the kernel's `Tracer`, written for what botweave's turns need of it rather
+than made of the OpenTelemetry SDK: a span is a small record with slots (ids, times, its
+attributes and events), made current for its `with` block by a context variable of this
+module, and appended to the exporter's queue when it ends; encoding and posting happen on the
+exporter's thread (`otlp_export`). The SDK's general machinery (span processors, attribute
+validation, locks, a context API for any library) cost some 20 µs a span, as much as a
+fifth of a turn; a span here costs one or two. What a collector receives is the same OTLP:
+W3C trace context, the GenAI semantic conventions, one resource per process.
 
-Nothing here is imported unless tracing is configured.
+A turn's trace starts at intake: `intake` opens the root span and writes its context (a W3C
+`traceparent`) into the message's metadata, which travels with it through the journal or the
+Redis stream, so the worker that answers (`turn`) continues the same trace; a model process
+(`models.processes`) gets the context with each call and continues it too (`joined`). Within a
+turn the kernel's spans (tools, delivery) and the ones made here (model calls, the pipeline
+step that decided) nest by the current span.
+
+Nothing here is imported unless tracing is configured, and no OpenTelemetry package at all.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from random import getrandbits
 from types import TracebackType
 from typing import Any
+from urllib.parse import unquote
 
 from botweave import tracing
-from botweave.metrics import TRACE_SPANS_DROPPED
 from botweave.model_calls import ModelCalls, ModelOutput
 from botweave.pipeline import Inbound, TurnOutcome
 from botweave.runtime.config import TracingConfig
-from botweave.runtime.otlp_export import OtlpHttpExporter
+from botweave.runtime.otlp_export import Encoder, OtlpHttpExporter
 from botweave.types import BotMessage, PlatformEvent
-from opentelemetry import context, trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace import Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-log = logging.getLogger(__name__)
+from botweave.version import __version__
 
 #: Where a message carries its trace's context (W3C traceparent) from intake to its turn.
 META_TRACE = "traceparent"
-#: Seconds one export may take; the batch thread then drops the batch.
+#: Where a carrier takes the event the next model call's span records (a failover) to a
+#: model process.
+CARRIED_BEFORE_CALL = "botweave-before-call"
+#: Seconds one export may take; the exporter then drops the batch.
 EXPORT_TIMEOUT_S = 5.0
 #: The instrumentation scope of every span.
 SCOPE = "botweave"
 
-_PROPAGATOR = TraceContextTextMapPropagator()
+_TRACEPARENT = re.compile(r"^\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*$")
+_ROOT_SAMPLE_BOUND = 1 << 64
 
 
-class _CountingExporter(SpanExporter):
-    """The OTLP/HTTP exporter, with what it failed to export counted."""
+class Parent:
+    """A span's context as another process handed it over (W3C `traceparent`)."""
 
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
+    __slots__ = ("sampled", "span_id", "trace_id")
+    remote = True
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception as exc:  # noqa: BLE001 - the batch thread's one boundary: count, never raise
-            log.debug("tracing: export failed: %s", type(exc).__name__)
-            result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            TRACE_SPANS_DROPPED.inc(len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+    def __init__(self, trace_id: int, span_id: int, sampled: bool) -> None:
+        self.trace_id, self.span_id, self.sampled = trace_id, span_id, sampled
 
 
-def _set_each(span: trace.Span, attributes: tracing.Attributes) -> None:
-    """Attributes set one at a time: the SDK checks a mapping given whole against the abstract
-    `Sequence` first, which is slow in a process whose ABC caches are often invalidated."""
-    for key, value in attributes.items():
-        span.set_attribute(key, value)
+def parse_traceparent(header: str) -> Parent | None:
+    """The W3C `traceparent` header's context; None when it is malformed or invalid."""
+    found = _TRACEPARENT.match(header)
+    if found is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = found.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    return Parent(trace_id, span_id, bool(int(flags, 16) & 1))
 
 
-class _Span:
-    """The kernel's `Span` over an OpenTelemetry span, current for the `with` block.
+def traceparent(context: Span | Parent) -> str:
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{'01' if context.sampled else '00'}"
 
-    A class rather than `start_as_current_span`: a turn opens several spans, and the generator
-    context managers and the attribute mapping's checks cost more than the span itself.
-    Attributes are set one by one, each value a plain str/int/float/bool."""
 
-    __slots__ = ("_attributes", "_name", "_parent", "_span", "_token", "_tracer")
+#: The current span of this context: spans opened now are its children.
+_ACTIVE: ContextVar[Span | Parent | None] = ContextVar("botweave_span", default=None)
+#: An event the next model call's span records first (see `tracing.before_call`).
+_BEFORE_CALL: ContextVar[tuple[str, tracing.Attributes] | None] = ContextVar("botweave_before_call", default=None)
 
-    def __init__(self, tracer: trace.Tracer, name: str, attributes: tracing.Attributes,
-                 parent: Context | None = None) -> None:
-        self._tracer, self._name, self._attributes, self._parent = tracer, name, attributes, parent
 
-    def __enter__(self) -> _Span:
-        self._span = span = self._tracer.start_span(self._name, context=self._parent)
-        _set_each(span, self._attributes)
-        self._token = context.attach(trace.set_span_in_context(span))
+class Span:
+    """One span: its record and, for its `with` block, the current span (the kernel's `Span`).
+
+    Everything a collector is sent is kept here as plain values; the exporter's thread encodes
+    it. A span the sampler dropped keeps only its context (for its children and carriers)."""
+
+    __slots__ = (
+        "_token", "attributes", "end", "events", "failed", "name", "parent_id", "remote_parent", "sampled",
+        "span_id", "start", "trace_id", "tracer",
+    )
+    remote = False
+
+    def __init__(self, tracer: OtelTracer, name: str, attributes: tracing.Attributes,
+                 parent: Span | Parent | None, start: int = 0) -> None:
+        self.tracer, self.name = tracer, name
+        self.attributes: dict[str, tracing.AttributeValue] = dict(attributes)
+        self.events: list[tuple[int, str, tracing.Attributes]] | None = None
+        self.failed = False
+        self.span_id = getrandbits(64) or 1
+        if parent is None:
+            self.trace_id = trace_id = getrandbits(128) or 1
+            self.sampled = tracer.sample(trace_id)
+            self.parent_id, self.remote_parent = 0, False
+        else:
+            self.trace_id, self.sampled, self.parent_id, self.remote_parent = (
+                parent.trace_id, parent.sampled, parent.span_id, parent.remote)
+        self.start = start or time.time_ns()
+        self.end = 0
+
+    def __enter__(self) -> Span:
+        self._token = _ACTIVE.set(self)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if kind is not None:
             self.fail(kind.__name__)
-        context.detach(self._token)
-        self._span.end()
+        try:
+            _ACTIVE.reset(self._token)
+        except ValueError:
+            pass  # ended in another context than it began (an async generator closed elsewhere)
+        self.finish()
+
+    def finish(self) -> None:
+        """The span ended now: it goes to the exporter (once, and only when sampled)."""
+        if not self.end:
+            self.end = time.time_ns()
+            if self.sampled:
+                self.tracer.exporter.add(self)
 
     def set(self, key: str, value: tracing.AttributeValue) -> None:
-        self._span.set_attribute(key, value)
+        self.attributes[key] = value
 
     def fail(self, error_type: str) -> None:
-        self._span.set_attribute("error.type", error_type)
-        self._span.set_status(Status(StatusCode.ERROR))
+        self.attributes["error.type"] = error_type
+        self.failed = True
+
+    def add_event(self, name: str, attributes: tracing.Attributes) -> None:
+        if self.events is None:
+            self.events = []
+        self.events.append((time.time_ns(), name, attributes))
+
+
+class _Turn(AbstractContextManager["Span | None"]):
+    """The span of an item's turn, with this tracer the kernel's for its duration."""
+
+    __slots__ = ("_current", "_span", "_tracer")
+
+    def __init__(self, tracer: OtelTracer, span: Span | None) -> None:
+        self._tracer, self._span = tracer, span
+
+    def __enter__(self) -> Span | None:
+        self._current = tracing.CURRENT.set(self._tracer)
+        return None if self._span is None else self._span.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self._span is not None:
+                self._span.__exit__(kind, exc, tb)
+        finally:
+            tracing.CURRENT.reset(self._current)
 
 
 class OtelTracer:
     """The kernel's `Tracer`, exporting over OTLP/HTTP; see the module docstring."""
 
     def __init__(self, config: TracingConfig, *, role: str = "all") -> None:
-        resource = Resource.create({"service.name": config.service_name, "botweave.role": role})
-        self.provider = TracerProvider(resource=resource, sampler=_sampler(config.sample_ratio))
-        exporter = OtlpHttpExporter(
-            f"{config.endpoint}/v1/traces", {name: value.get_secret_value() for name, value in config.headers.items()},
-            EXPORT_TIMEOUT_S, resource, SCOPE,
-        )
-        # Large batches, sent every two seconds: each post costs the same whatever it carries.
-        self.provider.add_span_processor(BatchSpanProcessor(
-            _CountingExporter(exporter), schedule_delay_millis=2000, max_queue_size=16384, max_export_batch_size=2048,
-        ))
-        self.tracer = self.provider.get_tracer(SCOPE)
+        ratio = config.sample_ratio
+        self._bound = None if ratio >= 1 else round(ratio * _ROOT_SAMPLE_BOUND)
+        encoder = Encoder(resource_attributes(config.service_name, role), SCOPE)
+        headers = {name: value.get_secret_value() for name, value in config.headers.items()}
+        self.exporter = OtlpHttpExporter(f"{config.endpoint}/v1/traces", headers, EXPORT_TIMEOUT_S, encoder)
+
+    def sample(self, trace_id: int) -> bool:
+        """Whether a new trace is kept: all of them, or `sample_ratio` of them by the trace id
+        (as OpenTelemetry's TraceIdRatioBased, so every process decides alike); a span with a
+        parent follows its parent."""
+        return self._bound is None or (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._bound
 
     # --- the kernel's Tracer ----------------------------------------------------------------
 
-    def span(self, name: str, attributes: tracing.Attributes) -> _Span:
-        return _Span(self.tracer, name, attributes)
+    def span(self, name: str, attributes: tracing.Attributes) -> Span:
+        return Span(self, name, attributes, _ACTIVE.get())
 
     def event(self, name: str, attributes: tracing.Attributes) -> None:
-        trace.get_current_span().add_event(name, attributes)
+        current = _ACTIVE.get()
+        if isinstance(current, Span) and current.sampled:
+            current.add_event(name, attributes)
+
+    def before_call(self, name: str, attributes: tracing.Attributes) -> None:
+        _BEFORE_CALL.set((name, attributes))
 
     def carrier(self) -> dict[str, str]:
-        carried: dict[str, str] = {}
-        _PROPAGATOR.inject(carried)
+        current = _ACTIVE.get()
+        carried = {} if current is None else {META_TRACE: traceparent(current)}
+        pending = _BEFORE_CALL.get()
+        if pending is not None:  # the model process's span of the call records it
+            _BEFORE_CALL.set(None)
+            carried[CARRIED_BEFORE_CALL] = json.dumps([pending[0], dict(pending[1])])
         return carried
 
     # --- a turn ---------------------------------------------------------------------------------
@@ -147,50 +216,39 @@ class OtelTracer:
         """The root span of an item's trace, its context written into the message."""
         if not isinstance(item, BotMessage):
             return tracing.UNTRACED
-        return self._intake(item)
+        span = Span(self, "botweave.intake", {
+            "botweave.platform": item.platform, "botweave.channel_type": item.channel.channel_type,
+        }, _ACTIVE.get())
+        item.metadata[META_TRACE] = traceparent(span)
+        return _Finishing(span)
 
-    @contextmanager
-    def _intake(self, msg: BotMessage) -> Iterator[object]:
-        span = self.tracer.start_span("botweave.intake")
-        span.set_attribute("botweave.platform", msg.platform)
-        span.set_attribute("botweave.channel_type", msg.channel.channel_type)
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-        if META_TRACE in carrier:
-            msg.metadata[META_TRACE] = carrier[META_TRACE]
-        try:
-            yield span
-        finally:
-            span.end()
-
-    @contextmanager
-    def turn(self, item: BotMessage | PlatformEvent) -> Iterator[tracing.Span | None]:
+    def turn(self, item: BotMessage | PlatformEvent) -> AbstractContextManager[Span | None]:
         """The span of the item's turn, continuing the trace its intake began (in this
         process or another); the kernel's spans within it are this tracer's."""
         if not isinstance(item, BotMessage):
-            yield None
-            return
+            return _Turn(self, None)
         carried = item.metadata.get(META_TRACE)
-        parent = _PROPAGATOR.extract({META_TRACE: carried}) if isinstance(carried, str) else None
-        attributes = {"botweave.platform": item.platform, "botweave.channel_type": item.channel.channel_type}
-        token = tracing.CURRENT.set(self)
-        try:
-            with _Span(self.tracer, "botweave.turn", attributes, parent) as span:
-                yield span
-        finally:
-            tracing.CURRENT.reset(token)
+        parent = parse_traceparent(carried) if isinstance(carried, str) else None
+        return _Turn(self, Span(self, "botweave.turn", {
+            "botweave.platform": item.platform, "botweave.channel_type": item.channel.channel_type,
+        }, parent))
 
     @contextmanager
-    def joined(self, carried: dict[str, str] | None) -> Iterator[None]:
+    def joined(self, carried: Mapping[str, str] | None) -> Iterator[None]:
         """Work another process handed over (a model call in a model process): its spans
         continue the trace whose context came with it."""
         token = tracing.CURRENT.set(self)
-        attached = context.attach(_PROPAGATOR.extract(carried)) if carried else None
+        header = carried.get(META_TRACE) if carried else None
+        attached = _ACTIVE.set(parse_traceparent(header)) if header else None
+        pending = carried.get(CARRIED_BEFORE_CALL) if carried else None
+        before = _BEFORE_CALL.set(_carried_event(pending)) if pending else None
         try:
             yield
         finally:
+            if before is not None:
+                _BEFORE_CALL.reset(before)
             if attached is not None:
-                context.detach(attached)
+                _ACTIVE.reset(attached)
             tracing.CURRENT.reset(token)
 
     @contextmanager
@@ -207,21 +265,61 @@ class OtelTracer:
         """A pipeline step that ended the item's way (a refusal, a command, a room): its span,
         from when the step began, naming it and why (the pipeline's `decided` observer)."""
         name = str(getattr(step, "__qualname__", "") or type(step).__name__)
-        span = self.tracer.start_span("botweave.step", start_time=started_ns)
-        _set_each(span, {"botweave.step": name, "botweave.outcome": outcome.status.value,
-                         "botweave.reason": outcome.detail[:200]})
-        span.end()
+        Span(self, "botweave.step", {
+            "botweave.step": name, "botweave.outcome": outcome.status.value, "botweave.reason": outcome.detail[:200],
+        }, _ACTIVE.get(), started_ns).finish()
 
     def close(self) -> None:
         """Export what is queued (briefly: a collector that is down does not hold a stop up)."""
-        self.provider.force_flush(int(EXPORT_TIMEOUT_S * 1000))
-        self.provider.shutdown()
+        self.exporter.close()
 
 
-def _sampler(ratio: float) -> Sampler:
-    """A turn's spans are all kept or all dropped, by the trace's root; every trace kept needs
-    no draw at all."""
-    return ParentBased(ALWAYS_ON if ratio >= 1 else TraceIdRatioBased(ratio))
+class _Finishing(AbstractContextManager[Span]):
+    """A span that ends with the `with` block without becoming the current span (intake's:
+    the turn continues its trace through the message, not through this context)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> Span:
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if kind is not None:
+            self._span.fail(kind.__name__)
+        self._span.finish()
+
+
+def _carried_event(text: str) -> tuple[str, tracing.Attributes] | None:
+    """The event a carrier brought for the next model call's span; None when it is garbled."""
+    try:
+        name, attributes = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(name, str) or not isinstance(attributes, dict):
+        return None
+    return name, {str(k): v for k, v in attributes.items() if isinstance(v, str | int | float | bool)}
+
+
+def resource_attributes(service_name: str, role: str) -> dict[str, tracing.AttributeValue]:
+    """The process's resource: OpenTelemetry's `telemetry.sdk.*` and `service.instance.id`,
+    what `OTEL_RESOURCE_ATTRIBUTES` adds (`key=value,...`, values percent-encoded), then the
+    service's name and the process's role, which win."""
+    found: dict[str, tracing.AttributeValue] = {
+        "telemetry.sdk.language": "python",
+        "telemetry.sdk.name": "botweave",
+        "telemetry.sdk.version": __version__,
+        "service.instance.id": str(uuid.uuid4()),
+    }
+    for pair in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip():
+            found[key.strip()] = unquote(value.strip())
+    found["service.name"] = service_name
+    found["botweave.role"] = role
+    return found
 
 
 def system_of(model: str) -> str:
@@ -231,7 +329,8 @@ def system_of(model: str) -> str:
 
 
 class TracedCalls:
-    """Model calls, each a span with OpenTelemetry's GenAI attributes."""
+    """Model calls, each a span with OpenTelemetry's GenAI attributes; a failover the guard
+    decided before the call (`tracing.before_call`) is the span's first event."""
 
     def __init__(self, inner: ModelCalls, tracer: OtelTracer) -> None:
         self.inner = inner
@@ -240,32 +339,41 @@ class TracedCalls:
     def __getattr__(self, name: str) -> Any:  # open/close and whatever else the calls offer
         return getattr(self.inner, name)
 
-    def _span(self, request: dict[str, Any], streamed: bool) -> AbstractContextManager[tracing.Span]:
+    def _span(self, request: dict[str, Any], streamed: bool) -> Span:
         model = str(request.get("model", ""))
-        return self.tracer.span(f"chat {model}", {
+        span = self.tracer.span(f"chat {model}", {
             "gen_ai.operation.name": "chat",
             "gen_ai.system": system_of(model),
             "gen_ai.request.model": model,
             "botweave.streamed": streamed,
         })
+        before = _BEFORE_CALL.get()
+        if before is not None:
+            _BEFORE_CALL.set(None)
+            if span.sampled:
+                span.add_event(*before)
+        return span
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
         with self._span(request, False) as span:
             output = await self.inner.answer(request)
-            _usage(span, request, output)
+            _answered(span, output)
             return output
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
         with self._span(request, True) as span:
+            named = False
             async for piece in self.inner.stream(request):
-                if piece.usage is not None:
-                    _usage(span, request, piece)
+                if piece.usage is not None or (piece.model and not named):
+                    named = named or bool(piece.model)
+                    _answered(span, piece)
                 yield piece
 
 
-def _usage(span: tracing.Span, request: dict[str, Any], output: ModelOutput) -> None:
-    span.set("gen_ai.response.model", str(request.get("model", "")))
+def _answered(span: Span, output: ModelOutput) -> None:
+    """What the provider's answer says: the model that answered, and the tokens."""
+    if output.model:
+        span.set("gen_ai.response.model", output.model)
     if output.usage is not None:
         span.set("gen_ai.usage.input_tokens", output.usage[0])
         span.set("gen_ai.usage.output_tokens", output.usage[1])
-

@@ -74,7 +74,8 @@ async def test_a_turn_with_a_tool_and_a_streamed_answer_is_one_trace(start_app, 
     for model in models:
         assert model.attributes["gen_ai.system"] == "openai"
         assert model.attributes["gen_ai.request.model"] == "openai/test-model"
-        assert model.attributes["gen_ai.response.model"] == "openai/test-model"
+        # the model as the provider's answer names it (litellm's `openai/` prefix is the request's)
+        assert model.attributes["gen_ai.response.model"] == "test-model"
         assert model.attributes["gen_ai.usage.input_tokens"] > 0 and model.attributes["gen_ai.usage.output_tokens"] > 0
         assert model.attributes["botweave.streamed"] is True
         assert _ancestors(receiver, model)[-1] == intake.span_id
@@ -170,54 +171,46 @@ async def test_a_collector_that_is_down_or_slow_never_holds_a_turn(start_app, te
 
 def test_spans_are_encoded_as_a_collector_reads_them():
     """Events, a failure, a parent in another process and every attribute type survive the
-    encoding (what a collector decodes is what was recorded)."""
-    from botweave.runtime.otlp_export import OtlpHttpExporter
+    encoding (what a collector decodes with opentelemetry-proto is what was recorded)."""
+    from botweave import tracing
+    from botweave.runtime.config import TracingConfig
+    from botweave.runtime.tracing import OtelTracer
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-    from opentelemetry.trace import Status, StatusCode
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    class Kept(SpanExporter):
-        def __init__(self) -> None:
-            self.spans: list[ReadableSpan] = []
+    tracer = OtelTracer(TracingConfig(endpoint="http://127.0.0.1:9", service_name="svc"), role="worker")
+    with tracer.joined({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}):
+        with tracing.span("botweave.deliver", {"s": "telegram", "b": True, "i": 3, "f": 0.5, "n": -2}) as span:
+            tracing.event("botweave.retry", {"botweave.chunk": 1})
+            span.fail("TimedOut")
+    root = tracer.span("botweave.intake", {})
+    with root:
+        pass
+    recorded = list(tracer.exporter.queue)
+    assert [s.name for s in recorded] == ["botweave.deliver", "botweave.intake"]
 
-        def export(self, spans: Any) -> SpanExportResult:
-            self.spans.extend(spans)
-            return SpanExportResult.SUCCESS
-
-    kept, resource = Kept(), Resource.create({"service.name": "svc", "botweave.role": "worker"})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(SimpleSpanProcessor(kept))
-    tracer = provider.get_tracer("botweave")
-    remote = TraceContextTextMapPropagator().extract(
-        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
-    span = tracer.start_span("botweave.deliver", context=remote)
-    for key, value in {"s": "telegram", "b": True, "i": 3, "f": 0.5}.items():
-        span.set_attribute(key, value)
-    span.add_event("botweave.retry", {"botweave.chunk": 1})
-    span.set_status(Status(StatusCode.ERROR))
-    span.end()
-    root = tracer.start_span("botweave.intake")
-    root.end()
-
-    body = OtlpHttpExporter("http://127.0.0.1:9/v1/traces", {}, 1.0, resource, "botweave").encode(kept.spans)
+    body = tracer.exporter.encoder.encode(recorded)
+    tracer.close()
     (batch,) = ExportTraceServiceRequest.FromString(body).resource_spans
-    assert {a.key: a.value.string_value for a in batch.resource.attributes}["botweave.role"] == "worker"
+    resource = {a.key: a.value.string_value for a in batch.resource.attributes}
+    assert resource["botweave.role"] == "worker" and resource["service.name"] == "svc"
+    assert resource["telemetry.sdk.language"] == "python" and resource["service.instance.id"]
     (scoped,) = batch.scope_spans
     assert scoped.scope.name == "botweave"
     deliver, intake = scoped.spans
     assert deliver.trace_id.hex() == "0af7651916cd43dd8448eb211c80319c"
     assert deliver.parent_span_id.hex() == "b7ad6b7169203331" and deliver.flags == 0x300
-    assert deliver.span_id.hex() == f"{kept.spans[0].context.span_id:016x}"
+    assert deliver.span_id.hex() == f"{recorded[0].span_id:016x}"
     assert [(a.key, a.value.WhichOneof("value")) for a in deliver.attributes] == [
-        ("s", "string_value"), ("b", "bool_value"), ("i", "int_value"), ("f", "double_value")]
+        ("s", "string_value"), ("b", "bool_value"), ("i", "int_value"), ("f", "double_value"), ("n", "int_value"),
+        ("error.type", "string_value")]
     assert deliver.attributes[2].value.int_value == 3 and deliver.attributes[3].value.double_value == 0.5
+    assert deliver.attributes[4].value.int_value == -2 and deliver.attributes[5].value.string_value == "TimedOut"
     (event,) = deliver.events
     assert event.name == "botweave.retry" and event.attributes[0].value.int_value == 1
+    assert deliver.start_time_unix_nano <= event.time_unix_nano <= deliver.end_time_unix_nano
     assert deliver.status.code == 2 and deliver.kind == 1 and deliver.end_time_unix_nano >= deliver.start_time_unix_nano
     assert intake.parent_span_id == b"" and intake.flags == 0x100 and intake.status.code == 0
+    assert intake.trace_id != deliver.trace_id and len(intake.trace_id) == 16
 
 
 def test_tracing_off_imports_nothing_of_opentelemetry(tmp_path):
