@@ -207,25 +207,22 @@ class OtlpHttpExporter:
                 self._wake.wait(self.every)
                 self._wake.clear()
                 closing = self._closing
-                try:
-                    self._send_queued(session)
-                except Exception:  # the thread's one boundary: it must outlive any batch
-                    log.exception("tracing: exporting spans failed")
+                queue = self.queue
+                while queue:
+                    self.send(session, [queue.popleft() for _ in range(min(len(queue), self.batch))])
                 if closing:
                     return
 
-    def _send_queued(self, session: requests.Session) -> None:
-        queue = self.queue
-        while queue:
-            batch = [queue.popleft() for _ in range(min(len(queue), self.batch))]
-            self.post(session, batch)
-
-    def post(self, session: requests.Session, spans: Sequence[Finished]) -> bool:
+    def send(self, session: requests.Session, spans: Sequence[Finished]) -> bool:
         """One batch posted; what the collector did not take is counted as dropped."""
         try:
             answer = session.post(self.url, data=self.encoder.encode(spans), timeout=self.timeout)
         except requests.RequestException as exc:
             log.debug("tracing: export failed: %s", type(exc).__name__)
+            TRACE_SPANS_DROPPED.inc(len(spans))
+            return False
+        except Exception:  # the thread's one boundary: a batch is lost, never the exporter
+            log.exception("tracing: %d spans could not be exported", len(spans))
             TRACE_SPANS_DROPPED.inc(len(spans))
             return False
         if not 200 <= answer.status_code < 300:

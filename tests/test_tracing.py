@@ -89,6 +89,42 @@ async def test_a_turn_with_a_tool_and_a_streamed_answer_is_one_trace(start_app, 
     assert "4111" not in everything and "sk-secret-key" not in everything
 
 
+@pytest.mark.parametrize(("client", "processes", "streaming"), [
+    ("direct", 0, False), ("litellm", 0, True), ("direct", 1, True),
+])
+async def test_a_failover_is_an_event_on_the_model_call_that_took_over(
+    start_app, telegram_emulator, llm, receiver, client, processes, streaming,
+):
+    emu = telegram_emulator
+    telegram = {"unknown_user_policy": "allow", "streaming": streaming, **adapter_config(emu)}
+    config = traced(receiver, telegram, llm, model="openai/primary", tools=[{"python": "tests.tooldemo:weather"}],
+                    fallbacks=[{"model": "openai/backup", "api_base": llm.base_url, "api_key": "sk-backup-key"}])
+    config["models"] = {"client": client, **({"processes": processes} if processes else {})}
+    llm.fail("primary", "429", retry_after=30)
+    llm.queue_tool_calls(("weather", {"city": "Lisbon"}))
+    llm.queue_text("It is 21 degrees in Lisbon.")
+    app = await start_app(config)
+    emu.push_message(emu.private_chat(ANN), ANN, "Weather in Lisbon?")
+    await wait_until(lambda: emu.sent(1), 30, "the answer")
+    await app.drain()
+    await stopped(app)
+
+    (failed,) = receiver.named("chat openai/primary")
+    assert failed.failed and failed.attributes["error.type"] == "RateLimitError" and not failed.events
+    took_over, next_round = sorted(receiver.named("chat openai/backup"), key=lambda span: span.start)
+    assert took_over.events == [("botweave.failover", {
+        "botweave.failover.from_model": "openai/primary", "botweave.failover.to_model": "openai/backup",
+        "botweave.failover.reason": "rate_limited",
+    })]
+    assert not next_round.events, "the next round's call follows an answer: no failover (the primary rests)"
+    (turn,) = receiver.named("botweave.turn")
+    assert {failed.trace_id, took_over.trace_id, next_round.trace_id} == {turn.trace_id}
+    assert failed.parent_id == took_over.parent_id == turn.span_id
+    assert took_over.attributes["gen_ai.response.model"] == "backup", "the model the provider says answered"
+    assert all(span.role == ("model" if processes else "all") for span in (failed, took_over, next_round))
+    assert "sk-backup-key" not in json.dumps([s.__dict__ for s in receiver.spans])
+
+
 async def test_a_refused_turn_names_the_step_and_the_reason(start_app, telegram_emulator, llm, receiver):
     emu = telegram_emulator
     telegram = {"unknown_user_policy": "deny", "allowed_users": ["1"], **adapter_config(emu)}
@@ -163,10 +199,86 @@ async def test_a_collector_that_is_down_or_slow_never_holds_a_turn(start_app, te
     app = await start_app(traced(receiver, telegram, llm))
     for n in range(5):
         emu.push_message(emu.private_chat(ANN), ANN, f"message {n}")
+    dropped = _dropped()
     await wait_until(lambda: len(emu.sent_texts(1)) == 5, 20, "every answer, collector or not")
     started = asyncio.get_running_loop().time()
     await stopped(app)
     assert asyncio.get_running_loop().time() - started < 12
+    assert _dropped() - dropped >= 5 * 4, "each turn's intake, turn, model call and delivery: counted as lost"
+
+
+async def test_a_slow_collector_costs_the_turns_nothing_and_its_lost_spans_are_counted(
+    start_app, telegram_emulator, llm, receiver,
+):
+    emu = telegram_emulator
+    receiver.delay = 30.0  # longer than an export may take
+    app = await start_app(traced(receiver, {"unknown_user_policy": "allow", **adapter_config(emu)}, llm))
+    dropped = _dropped()
+    for n in range(3):
+        emu.push_message(emu.private_chat(ANN), ANN, f"message {n}")
+        await wait_until(lambda n=n: len(emu.sent_texts(1)) == n + 1, 10, "the answer, at once")
+    started = asyncio.get_running_loop().time()
+    await stopped(app)
+    assert asyncio.get_running_loop().time() - started < 12
+    assert receiver.requests >= 1 and _dropped() - dropped >= 3 * 4
+
+
+def test_a_full_queue_drops_and_counts_instead_of_growing():
+    from botweave.runtime.config import TracingConfig
+    from botweave.runtime.otlp_export import Encoder, OtlpHttpExporter
+    from botweave.runtime.tracing import OtelTracer
+
+    tracer = OtelTracer(TracingConfig(endpoint="http://127.0.0.1:9"))
+    tracer.exporter = OtlpHttpExporter("http://127.0.0.1:9/v1/traces", {}, 1.0, Encoder({}, "botweave"), capacity=2,
+                                       every=3600)
+    dropped = _dropped()
+    for n in range(5):
+        with tracer.span(f"span {n}", {}):
+            pass
+    assert [span.name for span in tracer.exporter.queue] == ["span 0", "span 1"] and _dropped() - dropped == 3
+    tracer.close()  # the two queued are posted to nobody: lost, and counted
+    assert _dropped() - dropped == 5
+
+
+@pytest.mark.parametrize(("ratio", "low_bits", "kept"), [
+    (1.0, 2**64 - 1, True), (0.0, 0, False), (0.25, 2**62 - 1, True), (0.25, 2**62, False), (0.5, 2**63 + 5, False),
+])
+def test_sampling_keeps_a_share_of_traces_by_their_id(ratio, low_bits, kept):
+    """As OpenTelemetry's TraceIdRatioBased: the trace id's low 64 bits against the ratio, so
+    every process decides alike; a span with a parent follows its parent."""
+    from botweave.runtime.config import TracingConfig
+    from botweave.runtime.tracing import OtelTracer, parse_traceparent
+
+    tracer = OtelTracer(TracingConfig(sample_ratio=ratio))
+    assert tracer.sample((0xABCD << 64) | low_bits) is kept
+    for flags, followed in (("01", True), ("00", False)):
+        with tracer.joined({"traceparent": f"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-{flags}"}):
+            with tracer.span("botweave.deliver", {}) as span:
+                assert span.sampled is followed
+                assert tracer.carrier()["traceparent"].endswith(f"-{span.span_id:016x}-{flags}")
+    assert [span.name for span in tracer.exporter.queue] == ["botweave.deliver"], "only the sampled parent's child"
+    tracer.close()
+    for garbled in ("", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331", "ff-" + "1" * 32 + "-" + "1" * 16 + "-01",
+                    "00-" + "0" * 32 + "-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01"):
+        assert parse_traceparent(garbled) is None
+
+
+async def test_an_unsampled_turn_exports_nothing_yet_carries_its_context(start_app, telegram_emulator, llm, receiver):
+    emu = telegram_emulator
+    config = traced(receiver, {"unknown_user_policy": "allow", **adapter_config(emu)}, llm)
+    config["ops"]["tracing"]["sample_ratio"] = 0
+    app = await start_app(config)
+    emu.push_message(emu.private_chat(ANN), ANN, "hello")
+    await wait_until(lambda: emu.sent_texts(1), 20, "the answer")
+    await app.drain()
+    await stopped(app)
+    assert receiver.spans == [] and receiver.requests == 0
+
+
+def _dropped() -> float:
+    from botweave.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value("botweave_trace_spans_dropped_total") or 0.0
 
 
 def test_spans_are_encoded_as_a_collector_reads_them():
