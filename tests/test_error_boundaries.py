@@ -5,7 +5,8 @@ adapter's outbound call into its SDK, a turn, a background task's owner, a gatew
 connection, the call into code a user supplies: hooks, tools, plugins, listeners); everywhere
 else a handler names the exceptions that can actually happen there. A broad handler (a bare
 `except:`, `except Exception`, `except BaseException`, or a tuple holding one) says which
-boundary it is with a trailing `# boundary: ...` comment on its `except` line. A handler that
+boundary it is with a trailing `# boundary: ...` comment on its `except` line; so does a
+`contextlib.suppress(Exception)`, which is the same catch by another name. A handler that
 only tidies up and raises again (`except BaseException: close(); raise`) swallows nothing and
 is not a catch.
 
@@ -62,11 +63,18 @@ def _raises_again(handler: ast.ExceptHandler) -> bool:
     return not any(isinstance(node, ast.Return | ast.Break | ast.Continue) for node in ast.walk(handler))
 
 
+def _suppresses_broadly(node: ast.Call) -> bool:
+    """`contextlib.suppress(Exception)`: a broad catch by another name."""
+    name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+    return name == "suppress" and any(_broad(arg) for arg in node.args)
+
+
 def broad_catches(source: str, path: str = "<source>") -> list[Catch]:
     lines = source.splitlines()
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ExceptHandler) and _broad(node.type) and not _raises_again(node):
+        broad = isinstance(node, ast.ExceptHandler) and _broad(node.type) and not _raises_again(node)
+        if broad or (isinstance(node, ast.Call) and _suppresses_broadly(node)):
             text = lines[node.lineno - 1]
             found.append(Catch(path, node.lineno, text.strip(), MARK in text))
     return sorted(found, key=lambda c: c.line)
@@ -104,9 +112,13 @@ def test_the_scan_tells_a_broad_catch_from_a_narrow_one_and_from_cleanup():
         "try: pass",
         "except Exception as exc:",
         "    raise Wrapped() from exc",
+        "with contextlib.suppress(asyncio.TimeoutError): pass",
+        "with suppress(OSError, Exception): pass",
     ])
     caught = broad_catches(source)
-    assert [(c.line, c.marked) for c in caught] == [(2, False), (4, False), (6, False), (8, True), (17, False), (21, False)]
+    assert [(c.line, c.marked) for c in caught] == [
+        (2, False), (4, False), (6, False), (8, True), (17, False), (21, False), (24, False)
+    ]
 
 
 def test_the_broad_catches_do_not_grow():
