@@ -382,11 +382,11 @@ class Adapter(ABC):
             except asyncio.TimeoutError:
                 log.warning("%s: no answer for a button press within %.1fs; acknowledged without one",
                             self.platform, PRESS_ANSWER_BUDGET_S)
-            except Exception:
+            except Exception:  # boundary: the runtime's answer to a press; the press is acknowledged and dispatched anyway
                 log.exception("%s: answering a button press failed; acknowledged without an answer", self.platform)
         try:
             await acknowledge(answer)
-        except Exception as exc:
+        except Exception as exc:  # boundary: outbound, the platform SDK acknowledging a press
             log.warning("%s: acknowledging a button press failed: %s: %s", self.platform, type(exc).__name__, exc)
         return await self.dispatch(event)
 
@@ -409,7 +409,7 @@ class Adapter(ABC):
             return False
         try:
             await self._sink(item)
-        except Exception:
+        except Exception:  # boundary: inbound, the hand-over to the runtime; a failure never kills the connection
             log.exception("%s: runtime failed to accept an inbound item", self.platform)
             return False
         return True
@@ -537,7 +537,7 @@ class Adapter(ABC):
             return known
         try:
             return await out.whose_direct_chat(chat_id)
-        except Exception as exc:  # noqa: BLE001 - unknown is an answer: the chat is not taken as private
+        except Exception as exc:  # boundary: outbound, the SDK asked whose chat it is; unknown is an answer
             log.info("%s: could not tell whose chat %s is (%s)", self.platform, chat_id, type(exc).__name__)
             return None
 
@@ -610,7 +610,7 @@ class Adapter(ABC):
             raise
         except ActionError as exc:
             raise FileUnavailable(exc.detail) from None
-        except Exception as exc:
+        except Exception as exc:  # boundary: outbound, the SDK's download; classified as _attempt does
             raise FileUnavailable(out.classify(exc, "download")[1]) from None
         finally:
             await chunks.aclose()
@@ -624,7 +624,7 @@ class Adapter(ABC):
             return
         try:
             await out.typing(chat_id, thread_id=thread_id)
-        except Exception as exc:
+        except Exception as exc:  # boundary: outbound, the SDK's typing indicator; a missed one is harmless
             log.debug("%s: typing in %s failed: %s", self.platform, chat_id, exc)
 
     async def create_thread(self, chat_id: str, name: str, *, message_id: str | None = None) -> MessageActionResult:
@@ -713,7 +713,7 @@ class Adapter(ABC):
             raise
         except ActionError as exc:
             status, detail = exc.status, exc.detail
-        except Exception as exc:
+        except Exception as exc:  # boundary: outbound, whatever the SDK raised is classified into the result
             status, detail = out.classify(exc, action)
             retryable = status == "failed" and out.retryable(exc)
         else:

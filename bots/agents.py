@@ -382,7 +382,7 @@ class Agent:
             started = time.monotonic()
             try:
                 output = await self.calls.answer(asked)
-            except Exception as exc:  # every failure is classified; those that end the turn raise in next()
+            except Exception as exc:  # boundary: the model call; the guard classifies it, those that end the turn raise in next()
                 model_call(self.name, time.monotonic() - started)
                 await session.failed(route, exc)
                 continue
@@ -471,7 +471,7 @@ class Agent:
                             yield piece.text
                         if piece.calls:
                             calls.add(piece.calls)
-                except Exception as exc:  # classified; those that end the turn raise in next()
+                except Exception as exc:  # boundary: the model call; the guard classifies it, those that end the turn raise in next()
                     model_call(self.name, time.monotonic() - started)
                     if said > before:  # the next model's answer takes the place of these words
                         said = before

@@ -152,7 +152,7 @@ class TokenCounter:
             try:
                 litellm.get_model_info(self.model)
                 self._known = True
-            except Exception:  # litellm raises a bare Exception for a model it does not map
+            except Exception:  # boundary: litellm's model map raises a bare Exception for a model it does not map
                 self._known = False
             if self._known:
                 self._cache.clear()  # counted by the estimate alone until now
@@ -166,7 +166,7 @@ class TokenCounter:
                 local = {"type": "openai_tokenizer", "tokenizer": litellm.utils.encoding}
                 counted = litellm.token_counter(model=self.model, messages=[message], custom_tokenizer=local)
                 return max(estimate, int(counted))
-            except Exception:  # a tokenizer that cannot load: the estimate stands in
+            except ValueError:  # litellm's own error for content it cannot count
                 log.debug("token_counter failed for %s; estimating", self.model, exc_info=True)
         return estimate
 
@@ -200,7 +200,7 @@ async def model_window(model: str) -> int:
         try:
             info = litellm.get_model_info(model)
             window = int(info.get("max_input_tokens") or info.get("max_tokens") or DEFAULT_WINDOW)
-        except Exception:  # litellm raises a bare Exception for a model it does not map
+        except Exception:  # boundary: litellm's model map raises a bare Exception for a model it does not map
             window = DEFAULT_WINDOW
     _WINDOWS[model] = window
     return window
@@ -388,7 +388,7 @@ class Context:
                 request["api_key"] = self.config.api_key.get_secret_value()
         try:
             output = await self.calls.answer(request)
-        except Exception as exc:  # whatever the provider raised: the turn goes on, trimmed
+        except Exception as exc:  # boundary: the summary's model call; whatever the provider raised, the turn goes on trimmed
             log.warning("summarising the conversation with %s failed (%s); sending it trimmed", model, type(exc).__name__)
             return None
         text = (output.text or "").strip()

@@ -309,7 +309,7 @@ class CronScheduler:
         for when in missed:
             try:
                 await self._on_missed(name, when)
-            except Exception:
+            except Exception:  # boundary: the on_missed callback, the scheduler's user's code
                 log.exception("%s %s: on_missed failed for %s", self.kind, name, when.isoformat())
 
     async def missed(self, name: str) -> list[datetime]:
@@ -321,5 +321,5 @@ class CronScheduler:
         """Run `name` once now; a failure is logged (the job itself reports it further)."""
         try:
             await self._run_job(name, when)
-        except Exception:
+        except Exception:  # boundary: a scheduled job's own code; logged with its traceback
             log.exception("%s %s: the scheduled run failed", self.kind, name)

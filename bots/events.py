@@ -124,7 +124,7 @@ class ConversationEvents:
             for listener in tuple(self._listeners):
                 try:
                     listener(conversation, seq, value)
-                except Exception:
+                except Exception:  # boundary: a listener, a subscriber's code
                     log.exception("a conversation-event listener failed")
         return seq
 

@@ -104,6 +104,6 @@ class HookRegistry:
             if inspect.isawaitable(result):
                 result = await result
             return result
-        except Exception:
+        except Exception:  # boundary: a user's hook; the others still run
             log.exception("hook %s for %s failed; continuing", getattr(hook.fn, "__name__", hook.fn), event.name)
             return None

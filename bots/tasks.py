@@ -128,7 +128,7 @@ class TaskOwner:
             try:
                 reporter(exc)
                 return
-            except Exception as failed:  # a reporter must not hide the failure it was given
+            except Exception as failed:  # boundary: the task owner's reporter must not hide the failure it was given
                 self._log.error("%s: reporting a failure failed: %s", self.owner, failure_line(failed))
         name = task.get_name().removeprefix(f"{self.owner}:")
         self._log.error("%s: %s failed: %s", self.owner, name, failure_line(exc))

@@ -312,7 +312,7 @@ async def _call(tool: Tool, call: ToolCall, context: ToolContext) -> tuple[str, 
         # The tool's message may quote what it was given (a URL with a token in it, say).
         log.info("agent %s: tool %s reported an error", context.agent, call.name)
         return "error", error_text(str(exc))
-    except Exception as exc:  # a broken tool must not end the turn
+    except Exception as exc:  # boundary: a tool's call, user-supplied code; a broken tool must not end the turn
         # The exception's text may repeat the arguments, so only its type is logged.
         log.warning("agent %s: tool %s raised %s", context.agent, call.name, type(exc).__name__)
         return "error", error_text(f"{call.name} failed: {type(exc).__name__}: {exc}"[:2000])

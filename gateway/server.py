@@ -493,7 +493,7 @@ class Gateway:
         except StoreOutage:
             conn.send(error_frame(req.id, MethodError("unavailable", "the store is not answering", retryable=True)))
             return
-        except Exception:
+        except Exception:  # boundary: a gateway connection's request: logged, and the client told
             log.exception("gateway: %s failed", req.method)
             conn.send(error_frame(req.id, MethodError("internal", f"{req.method} failed; the server logged why", retryable=True)))
             return

@@ -93,10 +93,10 @@ class ImageTooLarge(ImageUnreadable):
 
 async def limit_for(model: str) -> ImageLimit:
     """`model`'s provider's limit, as litellm names the provider (imported off the loop)."""
+    litellm = await load_litellm()
     try:
-        litellm = await load_litellm()
         provider = str(litellm.get_llm_provider(model)[1])
-    except Exception:
+    except litellm.BadRequestError:  # litellm's answer for a model it cannot route
         return DEFAULT_LIMIT
     return PROVIDER_LIMITS.get(provider, DEFAULT_LIMIT)
 
@@ -117,7 +117,7 @@ def fit(data: bytes, mime: str, limit: ImageLimit = DEFAULT_LIMIT) -> tuple[byte
         raise ImageTooLarge(None) from None
     except UnidentifiedImageError:
         raise ImageUnreadable("not an image this bot reads") from None
-    except Exception as exc:  # a decoder failing on hostile bytes, in whatever way it fails
+    except Exception as exc:  # boundary: Pillow's decoders on hostile bytes fail in any way (OSError, SyntaxError, struct.error, ...)
         raise ImageUnreadable(f"{type(exc).__name__}: {exc}"[:200]) from None
 
 

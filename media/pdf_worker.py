@@ -42,7 +42,7 @@ def main(arguments: list[str]) -> int:
             emit({"problem": "encrypted"})
             return 0
         total = len(reader.pages)
-    except Exception:  # anything pypdf raises on the document as a whole: unreadable
+    except Exception:  # boundary: the PDF worker process; pypdf on a hostile document, whatever it raises: unreadable
         emit({"problem": "unreadable"})
         return 0
     emit({"pages": total})
@@ -50,7 +50,7 @@ def main(arguments: list[str]) -> int:
     for index in range(min(total, max_pages)):
         try:
             text = (reader.pages[index].extract_text() or "").strip()
-        except Exception as exc:  # pypdf's limits, a broken page, MemoryError past MEMORY
+        except Exception as exc:  # boundary: the PDF worker process, per page: pypdf's limits, a broken page, MemoryError past MEMORY
             emit({"failed": type(exc).__name__})
             continue
         text = text[: max_chars - length + 1]  # one more than fits says the text was cut

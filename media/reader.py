@@ -68,7 +68,7 @@ async def _model_has_vision(model: str) -> bool:
         try:
             litellm = await load_litellm()  # imported in a thread the first time, never on the loop
             _VISION[model] = bool(litellm.supports_vision(model=model))
-        except Exception:
+        except Exception:  # boundary: litellm's model map raises a bare Exception for a model it does not map
             _VISION[model] = False
     return _VISION[model]
 

@@ -44,7 +44,7 @@ async def transcribe(data: bytes, filename: str | None, mime: str, config: Trans
     try:
         litellm = await load_litellm()  # imported in a thread the first time, never on the loop
         response = await litellm.atranscription(**request)
-    except Exception as exc:
+    except Exception as exc:  # boundary: the transcription model call; whatever the provider raised is TranscriptionFailed
         detail = str(exc)[:200]
         if config.api_key is not None:
             detail = detail.replace(config.api_key.get_secret_value(), "***")

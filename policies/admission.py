@@ -28,6 +28,7 @@ from typing import Literal
 
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.store import Store
+from botweave.store_failures import store_failures
 from botweave.tasks import spawn
 from botweave.types import META_SCOPE
 
@@ -187,7 +188,7 @@ class Admission:
             await asyncio.sleep(SLOT_TTL_S / 3)
             try:
                 await store.slots_acquire([(key, 0) for key, _ in claims], holder, SLOT_TTL_S)
-            except Exception as exc:  # noqa: BLE001 - a missed renewal only risks the slot expiring
+            except store_failures() as exc:  # a missed renewal only risks the slot expiring
                 log.debug("renewing admission slot failed: %s", exc)
 
     @asynccontextmanager

@@ -36,6 +36,7 @@ from botweave.delivery import PROCESS, Delivery, Destination
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
 from botweave.store import Store
+from botweave.store_failures import store_failures
 from botweave.tasks import TaskOwner
 from botweave.tooling import ApprovalRule, ToolContext
 from botweave.types import Button, PlatformEvent, PressAnswer
@@ -367,7 +368,7 @@ class ApprovalDesk:
             return
         try:
             await self._notify(request.platform, request.approver_id, f"Approval needed: {agent} wants to run {request.tool}", agent)
-        except Exception:
+        except store_failures():  # the notifier's store; its transports report their own failures
             log.exception("approval %s: the approval_requested notification failed", request.id)
 
     async def _wait(self, request: Request, wakeup: asyncio.Event) -> Decision:

@@ -170,7 +170,7 @@ class Notifier:
         else:
             try:
                 delivery = await transport.deliver(recipient, message)
-            except Exception as exc:  # transports report, but a custom one might raise
+            except Exception as exc:  # boundary: a transport, perhaps a custom one (user code), whatever it raises
                 log.exception("push: transport %s raised for %s", recipient.transport, recipient.key)
                 delivery = DeliveryResult(False, recipient.transport, f"error: {type(exc).__name__}")
         if delivery.ok:

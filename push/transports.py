@@ -80,7 +80,7 @@ class DirectMessageTransport:
     async def deliver(self, recipient: Recipient, message: PushMessage) -> DeliveryResult:
         try:
             result = await self._send_direct(recipient.platform, recipient.user_id, message.text)
-        except Exception as exc:  # an adapter bug must not stop the other recipients
+        except Exception as exc:  # boundary: the push layer's call into the platforms (delivery, hooks, an adapter); the others still get theirs
             log.exception("push: DM to %s raised", recipient.key)
             return DeliveryResult(False, self.name, f"error: {type(exc).__name__}")
         detail = result.status if result.ok else f"{result.status}: {result.detail}".rstrip(": ")

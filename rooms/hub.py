@@ -19,7 +19,7 @@ from botweave.methods import Caller, MethodRegistry, NoParams
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent
-from botweave.rooms.runtime import Room
+from botweave.rooms.runtime import PostFailed, Room
 from botweave.rooms.schedule import RoomScheduler
 from botweave.store import Store
 from botweave.tooling import Asks
@@ -86,7 +86,7 @@ class RoomHub:
             self._posts[(room_name, conversation)] = self._posts.get((room_name, conversation), 0) + 1
             if not result.ok:
                 self._failed[(room_name, conversation)] = self._failed.get((room_name, conversation), 0) + 1
-                raise RuntimeError(f"room {room_name}: posting as {speaker} failed: {result.status} {result.detail}")
+                raise PostFailed(f"room {room_name}: posting as {speaker} failed: {result.status} {result.detail}")
             if self._posted is not None:
                 await self._posted(room_name, speaker, text)
 

@@ -34,17 +34,23 @@ from botweave.conversations import ConversationLocks
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
 from botweave.store import Store
+from botweave.store_failures import store_failures
 from botweave.tooling import Asks, ToolContext
 from botweave.types import BotMessage
 
-__all__ = ["PASS_TOKEN", "Post", "Room", "RoomMember", "render_transcript"]
+__all__ = ["PASS_TOKEN", "Post", "PostFailed", "Room", "RoomMember", "render_transcript"]
 
 log = logging.getLogger(__name__)
 
 PASS_TOKEN = "NO_REPLY"
 KICKOFF_SPEAKER = "schedule"
 Post = Callable[[str, str, str], Awaitable[None]]
-"""`post(conversation_key, speaker, text)`: publish one turn under the speaker's identity."""
+"""`post(conversation_key, speaker, text)`: publish one turn under the speaker's identity;
+`PostFailed` when the platform did not take it."""
+
+
+class PostFailed(RuntimeError):
+    """A turn the platform did not take (its result says why); the room goes on without it."""
 
 
 @runtime_checkable
@@ -223,7 +229,7 @@ class Room:
             if not passed:
                 try:
                     await self.post(conversation, speaker, event.content)
-                except Exception:
+                except (PostFailed, *store_failures()):  # the platform or the store; the room goes on
                     log.exception("room %s: posting %s's turn in %s failed", self.name, speaker, conversation)
         return added
 
@@ -245,7 +251,7 @@ class Room:
             if origin is not None and self.briefing is not None:
                 turn.instructions = await self.briefing(member.name, origin)
             reply = await member.complete([], prompt, turn)
-        except Exception as exc:  # a failing model must not stop the room
+        except Exception as exc:  # boundary: a room member's turn (its model, its briefing); it passes, the room goes on
             log.warning("room %s: %s failed, recording a pass: %s", self.name, speaker, exc)
             return None
         reply = (reply or "").strip()

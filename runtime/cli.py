@@ -437,7 +437,7 @@ async def _room(args: argparse.Namespace) -> int:
             return 1
         await app.rooms.scheduler.run_now(args.name, target)
         await app.rooms.scheduler.idle()
-    except Exception as exc:
+    except Exception as exc:  # boundary: the command's own: whatever the room's kickoff raised is its answer
         print(f"botweave: room {args.name} failed: {exc}", file=sys.stderr)
         return 1
     finally:

@@ -379,7 +379,7 @@ def unroutable_models(config: Config) -> list[str]:
     for name, agent in routed.items():
         try:
             litellm.get_llm_provider(model=agent.model, api_base=agent.api_base)
-        except Exception as exc:
+        except litellm.BadRequestError as exc:  # litellm's answer for a model it cannot route
             reason = str(exc).splitlines()[0][:200]
             problems.append(f"agents.{name}.model: litellm cannot route {agent.model!r} ({reason})")
     return problems

@@ -5,7 +5,6 @@ receiving connections for the whole deployment."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, cast
@@ -94,10 +93,7 @@ class Platforms:
         self.configs.pop(name, None)
         self.failed.pop(name, None)
         if old is not None:
-            try:
-                await old.stop()
-            except Exception:
-                log.exception("platform %s did not stop cleanly", name)
+            await _stop(name, old)
         if section is None:
             log.info("platform %s: stopped (switched off in the configuration)", name)
             return None
@@ -139,10 +135,9 @@ class Platforms:
                 await adapter.start(inbound=inbound)
                 _connected(name, adapter, inbound)
                 return None
-            except Exception as exc:
+            except Exception as exc:  # boundary: a platform connection's start, whatever its SDK raises
                 failure = f"{exc}" if isinstance(exc, PlatformRejected) else f"{type(exc).__name__}: {exc}"
-                with contextlib.suppress(Exception):
-                    await adapter.stop()
+                await _stop(name, adapter, quiet=True)
                 if pause is None or section is None or isinstance(exc, PlatformRejected):
                     break
                 log.warning("platform %s did not start (%s); try %d of %d in %.0fs",
@@ -154,10 +149,7 @@ class Platforms:
 
     async def stop(self) -> None:
         for name, adapter in self.adapters.items():
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("platform %s did not stop cleanly", name)
+            await _stop(name, adapter)
 
     async def death(self) -> None:
         """Returns when a running platform's connection ended for good (its adapter says why)."""
@@ -177,13 +169,23 @@ class Platforms:
         for name, adapter in list(self.adapters.items()):
             try:
                 problem = await (self.receiving(name) or adapter).readiness()
-            except Exception as exc:
+            except Exception as exc:  # boundary: a platform connection's readiness, whatever its SDK raises
                 problem = f"{type(exc).__name__}: {exc}"
             if problem:
                 failing[name] = problem
         for name, failure in self.failed.items():
             failing.setdefault(name, f"failed to start: {failure}")
         return failing
+
+
+async def _stop(name: str, adapter: Adapter, *, quiet: bool = False) -> None:
+    """Stop one platform's connection: its SDK may fail in any way while closing, and that
+    never keeps the others from stopping (`quiet` after a failed start, whose line says why)."""
+    try:
+        await adapter.stop()
+    except Exception:  # boundary: a platform connection's stop, whatever its SDK raises
+        if not quiet:
+            log.exception("platform %s did not stop cleanly", name)
 
 
 def _connected(name: str, adapter: Adapter, inbound: bool) -> None:

@@ -34,6 +34,7 @@ from botweave.runtime.config import (
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.presence import Record, running, state_of
 from botweave.store import Store, open_store, redact_url
+from botweave.store_failures import store_failures
 
 #: Seconds any single check may take before it counts as failed.
 CHECK_TIMEOUT_S = 30.0
@@ -78,7 +79,7 @@ async def _platforms(config: Config) -> list[Check]:
             checks.extend(await asyncio.wait_for(spec.create(section).diagnose(), CHECK_TIMEOUT_S))
         except asyncio.TimeoutError:
             checks.append(Check(name, False, f"no answer within {CHECK_TIMEOUT_S:.0f}s", "check the network"))
-        except Exception as exc:
+        except Exception as exc:  # boundary: a platform's diagnose; whatever its SDK raised is a failed check
             checks.append(Check(name, False, f"{type(exc).__name__}: {exc}", f"check platforms.{name}"))
     return checks
 
@@ -94,7 +95,7 @@ async def _store(config: Config) -> Check:
     except asyncio.TimeoutError:
         return Check("store", False, f"{redact_url(url)} did not answer within {CHECK_TIMEOUT_S:.0f}s",
                      "check that the store is running and reachable from here, or fix store.url")
-    except Exception as exc:
+    except store_failures() as exc:
         return Check("store", False, str(exc) or type(exc).__name__,
                      "start the store or fix store.url (and its password)")
     finally:
@@ -135,7 +136,7 @@ async def _gateway(config: Config) -> list[Check]:
         if store is not None:
             try:
                 await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
-            except Exception:
+            except (asyncio.TimeoutError, *store_failures()):
                 store = None  # the store's own line says why; bot.yaml's tokens are still checked
         return await diagnose_gateway(config.gateway, store, installed_platforms())
     finally:
@@ -158,7 +159,7 @@ async def _running(config: Config | None, path: str | None) -> list[Check]:
     try:
         await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
         processes = await asyncio.wait_for(running(store), CHECK_TIMEOUT_S)
-    except Exception:  # noqa: BLE001 - the store's own check says why
+    except (asyncio.TimeoutError, *store_failures()):  # the store's own check says why
         return []
     finally:
         await store.close()
@@ -214,7 +215,7 @@ async def _model(name: str, agent: Any, client: ClientChoice) -> Check:
     calls = ModelClients(client)
     try:
         await asyncio.wait_for(calls.answer(request), CHECK_TIMEOUT_S + 5)
-    except Exception as exc:
+    except Exception as exc:  # boundary: a model provider's answer; whatever it raised is a failed check
         detail = (str(exc).splitlines() or [""])[0][:300]
         if secret:
             detail = detail.replace(secret, "***")

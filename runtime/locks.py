@@ -94,6 +94,8 @@ class Lease:
         # Stopped by an event, not by cancellation: redis-py may turn a cancellation inside a
         # command into a TimeoutError, and a heartbeat that survived its own cancel would
         # keep renewing a lock nobody holds.
+        from redis.exceptions import RedisError
+
         interval = self.ttl / 3
         while True:
             try:
@@ -108,7 +110,7 @@ class Lease:
                 self._patience.failed(exc, began=asked)
                 interval = min(self.ttl / 3, 0.5)  # try again soon; the lock is still ours
                 continue
-            except Exception as exc:  # noqa: BLE001 - a heartbeat must not die of a surprise
+            except RedisError as exc:  # a refusal (a read-only replica, out of memory): still ours until the ttl
                 log.warning("could not renew lock %s (%s); retrying", self.key, exc)
                 continue
             self._patience.succeeded()
@@ -121,13 +123,15 @@ class Lease:
                 return
 
     async def release(self) -> None:
+        from redis.exceptions import RedisError
+
         self._released.set()
         if self._heartbeat is not None:
             await asyncio.wait({self._heartbeat}, timeout=self.ttl)
             self._heartbeat = None
         # Through a short outage too: a lock left behind would hold its conversation up for
         # a whole ttl.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(RedisError, OSError):  # then it expires with its ttl
             await self._patience.run(
                 lambda: self._redis.eval(_RELEASE, 1, self.key, self.token), passing_errors(), grace=self.ttl
             )

@@ -15,6 +15,7 @@ from botweave.push import NotificationCategory, Notifier
 from botweave.push.notifier import mention_triggers
 from botweave.runtime.config import Config
 from botweave.runtime.generation import Live
+from botweave.store_failures import store_failures
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
@@ -81,5 +82,5 @@ class Notices:
                 await asyncio.wait_for(stopping.wait(), timeout=DIGEST_FLUSH_SECONDS)
             try:
                 await self._notifier.flush_digests()
-            except Exception:
+            except store_failures():  # the store; the transports report their own failures
                 log.exception("delivering notification digests failed; will retry")

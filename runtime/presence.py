@@ -31,6 +31,7 @@ from pathlib import Path
 from botweave.runtime.reload_plan import ReloadResult
 from botweave.store import Store, open_store
 from botweave.store.sqlite import sqlite_path
+from botweave.store_failures import store_failures
 
 log = logging.getLogger(__name__)
 
@@ -130,11 +131,11 @@ class Presence:
                 if time.monotonic() - renewed >= BEAT_S:
                     await self.announce()
                     renewed = time.monotonic()
-            except Exception as exc:  # noqa: BLE001 - the store is away; the next look tries again
+            except Exception as exc:  # boundary: a reload another process asked for (it imports the file's tools) and its store round; the next look tries again
                 log.debug("presence: %s", exc)
         try:
             await self._store.delete(PROCESS_PREFIX + self.id)
-        except Exception as exc:  # noqa: BLE001 - the record expires on its own
+        except store_failures() as exc:  # the record expires on its own
             log.debug("presence: could not remove the record: %s", exc)
 
     async def _look(self) -> None:

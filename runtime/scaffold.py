@@ -166,7 +166,7 @@ def key_variables(model: str) -> list[str]:
         from botweave.model_calls import litellm_module
 
         found = litellm_module().validate_environment(model=model)
-    except Exception:
+    except (ImportError, ValueError):  # litellm missing or broken: no advice
         return []
     return [str(name) for name in found.get("missing_keys") or []]
 

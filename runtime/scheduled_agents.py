@@ -44,6 +44,7 @@ from botweave.delivery import Delivery
 from botweave.replies import format_footer, is_silent, with_footer
 from botweave.runtime.turns import user_entry
 from botweave.store import Store
+from botweave.store_failures import store_failures
 from botweave.targets import Targets
 from botweave.tooling import ToolContext
 from botweave.tracing import Traced
@@ -164,7 +165,7 @@ class AgentSchedules(CronScheduler):
                     await self._post(name, self.configs[name], stamp)
         except (ScheduleFailed, AgentError) as exc:
             await self._record_failure(name, stamp, str(exc))
-        except Exception as exc:
+        except Exception as exc:  # boundary: a scheduled agent's run is a turn: its failure is recorded and its owner told
             log.exception("schedule %s: the run failed", name)
             await self._record_failure(name, stamp, f"{type(exc).__name__}: {exc}")
 
@@ -175,7 +176,7 @@ class AgentSchedules(CronScheduler):
         if self._failed is not None:
             try:
                 await self._failed(name, f"the run for {stamp} failed: {detail}")
-            except Exception:
+            except store_failures():  # the notifier's store; its transports report their own failures
                 log.exception("schedule %s: telling the owner failed", name)
 
     async def _post(self, name: str, config: ScheduleConfig, stamp: str) -> None:

@@ -211,7 +211,7 @@ def _exit(code: int) -> None:
     for handler in logging.getLogger().handlers:
         try:
             handler.flush()
-        except Exception:  # noqa: BLE001, S110 - leaving anyway
+        except Exception:  # boundary: leaving the process; no handler's flush may stop the exit
             pass
     sys.stderr.flush()
     os._exit(code)

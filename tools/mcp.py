@@ -169,7 +169,7 @@ class McpServer:
         if task is not None:
             try:
                 await asyncio.wait_for(task, STOP_TIMEOUT_SECONDS)
-            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already reported, or stopping anyway
+            except (Exception, asyncio.CancelledError):  # boundary: the MCP server's supervisor task; its owner already reported it, or this is stopping anyway
                 pass
         await self._checks.close(grace=PING_TIMEOUT_SECONDS)
 
@@ -214,7 +214,7 @@ class McpServer:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
         except TimeoutError:
             return f"no answer within {timeout:g}s"
-        except Exception as exc:
+        except Exception as exc:  # boundary: an MCP server connection's failure, relayed from its holder below
             return _why(exc)
         return None
 
@@ -246,7 +246,7 @@ class McpServer:
                 self.error = None
                 ready.set_result(None)
                 await wake.wait()
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: an MCP server connection: whatever the SDK, transport or server did ends it here
             if not ready.done() and link.why is not None:  # the server went (it exited, say): that is why
                 ready.set_exception(ServerGone(link.why))
             elif not ready.done():
@@ -314,7 +314,7 @@ class McpServer:
         try:
             async with asyncio.timeout(PING_TIMEOUT_SECONDS):
                 await client.list_tools(cache_mode="refresh")
-        except Exception as exc:  # noqa: BLE001 - no answer, or a broken connection: either way it is down
+        except Exception as exc:  # boundary: an MCP server connection's health check: no answer or a broken link, it is down
             link = self._link
             if link is None or client is not self._client:
                 return
@@ -346,7 +346,7 @@ class McpServer:
             if exc.error.code not in _CALL_ERRORS:
                 self._check_health(client)
             raise ToolError(f"MCP server {self.name}: {exc.error.message[:MAX_ERROR_CHARS]}") from None
-        except Exception as exc:
+        except Exception as exc:  # boundary: an MCP server connection's call: the SDK fails in many ways (exception groups too)
             raise ToolError(f"MCP server {self.name}: {_why(exc)}") from None
         try:
             return _result(result)

@@ -325,7 +325,7 @@ async def stop(process: Process) -> None:
         if stream is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await stream.aclose()
-    with anyio.move_on_after(EXIT_GRACE_SECONDS), suppress(Exception):
+    with anyio.move_on_after(EXIT_GRACE_SECONDS), suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.aclose()
 
 

@@ -200,7 +200,7 @@ def load_python_tools(reference: str, *, timeout_seconds: float | None = None) -
     for function in functions:
         try:
             made.append(function_tool(function, timeout_seconds=timeout_seconds))
-        except Exception as exc:  # unresolvable hints, a type pydantic cannot describe, ...
+        except Exception as exc:  # boundary: describing a user's function (its hints are evaluated); the error names it
             name = getattr(function, "__name__", attribute)
             raise ValueError(f"{module_name}:{name} cannot be described as a tool: {exc}") from None
     return made

@@ -35,7 +35,7 @@ from mautrix.errors import MatrixInvalidToken, MatrixRequestError, MForbidden
 
 from .config import MatrixConfig
 from .inbound import ENCRYPTED_NOTICE, MatrixInbound
-from .outbound import MatrixOutbound, fresh_txn_id
+from .outbound import REQUEST_ERRORS, MatrixOutbound, fresh_txn_id
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class MatrixAdapter(Adapter):
                 if taken and isinstance(token, str) and token:
                     await self._keep_position(token)
                     since = token
-            except Exception as exc:  # noqa: BLE001 - the loop's one boundary: the batch is read again
+            except Exception as exc:  # boundary: matrix's receive loop; the batch is read again
                 log.warning("matrix: handling a sync batch failed (%s); reading it again", failure_line(exc))
                 await asyncio.sleep(SYNC_BACKOFF_S[0])
                 continue
@@ -286,7 +286,7 @@ class MatrixAdapter(Adapter):
             try:
                 await out.put_event(room_id, "m.room.message", {"msgtype": "m.notice", "body": ENCRYPTED_NOTICE},
                                     fresh_txn_id())
-            except Exception as exc:  # noqa: BLE001 - the log line above already says it
+            except REQUEST_ERRORS as exc:  # the log line above already says it
                 log.warning("matrix: the encryption notice in %s was not posted (%s)", room_id, type(exc).__name__)
 
     def split_target(self, place: str) -> tuple[str, str | None]:
@@ -320,7 +320,7 @@ class MatrixAdapter(Adapter):
             await self._log_in(client)
         except PlatformRejected as exc:
             return [Check("matrix", False, str(exc).removeprefix("matrix: "), "set the matrix credentials in platforms.matrix")]
-        except Exception as exc:
+        except REQUEST_ERRORS as exc:
             return [Check("matrix", False, f"cannot reach the homeserver: {type(exc).__name__}",
                           "check platforms.matrix.homeserver and the network")]
         finally:

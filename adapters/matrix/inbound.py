@@ -43,6 +43,7 @@ from botweave.types import (
 )
 
 from ..cache import BoundedCache
+from .outbound import REQUEST_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class MatrixInbound:
             if since and not backlog and cut.get("limited") is True and isinstance(cut.get("prev_batch"), str):
                 try:
                     timeline = await self._page_back(room_id, cut["prev_batch"], since) + timeline
-                except Exception as exc:  # noqa: BLE001 - read the batch again rather than skip a gap
+                except REQUEST_ERRORS as exc:  # read the batch again rather than skip a gap
                     log.warning("matrix: could not fetch the messages missed in %s (%s)", room_id, type(exc).__name__)
                     return False
             for event in timeline:
@@ -163,7 +164,7 @@ class MatrixInbound:
             for event in timeline:
                 try:
                     item = await self.normalise(room_id, event)
-                except Exception as exc:  # noqa: BLE001 - one unreadable event never stops the room
+                except (LookupError, TypeError, ValueError, AttributeError) as exc:  # one unreadable event never stops the room
                     log.warning("matrix: skipped an event in %s that could not be read (%s)", room_id, type(exc).__name__)
                     continue
                 if item is not None and not await self._adapter.dispatch(item):
@@ -335,7 +336,7 @@ class MatrixInbound:
         if seen is None or (not seen.text and not seen.attachments and seen.sender != self._me):
             try:
                 event = await self._fetch_event(room_id, event_id)
-            except Exception as exc:  # noqa: BLE001 - a message without its quote beats no message
+            except REQUEST_ERRORS as exc:  # a message without its quote beats no message
                 log.info("matrix: could not fetch the quoted event in %s (%s)", room_id, type(exc).__name__)
                 return QuotedRef(message_id=event_id) if seen is None else QuotedRef(
                     message_id=event_id, author="bot" if seen.sender == self._me else "user")

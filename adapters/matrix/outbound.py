@@ -34,6 +34,7 @@ from mautrix.api import Method, Path
 from mautrix.client import ClientAPI
 from mautrix.errors import (
     MatrixConnectionError,
+    MatrixError,
     MatrixRequestError,
     MForbidden,
     MLimitExceeded,
@@ -43,6 +44,13 @@ from mautrix.errors import (
 from ..cache import BoundedCache
 
 log = logging.getLogger(__name__)
+
+# What a request to the homeserver can raise: mautrix's errors (a refusal, no connection, an
+# answer it could not read), aiohttp's and a timeout, ValueError for an id or body that is not
+# what Matrix allows, and ActionError for an answer that is not what was asked.
+REQUEST_ERRORS: tuple[type[Exception], ...] = (
+    MatrixError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, ActionError
+)
 
 #: Pauses before the same transaction is tried again after no answer, or a 5xx or 429 one.
 RETRY_PAUSES_S = (0.5, 1.5, 4.0)

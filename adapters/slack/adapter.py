@@ -42,7 +42,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from .config import SlackConfig
-from .directory import SlackDirectory
+from .directory import WEB_API_ERRORS, SlackDirectory
 from .http import EventsEndpoint, Signatures
 from .inbound import SlackInbound
 from .outbound import SlackOutbound
@@ -147,7 +147,7 @@ class SlackAdapter(Adapter):
         if self._socket is not None:
             try:
                 await self._socket.close_async()
-            except Exception:
+            except (*WEB_API_ERRORS, OSError):
                 log.exception("slack: closing the Socket Mode connection failed")
             self._socket = None
         if self._runner is not None:
@@ -168,7 +168,7 @@ class SlackAdapter(Adapter):
         if self._socket is not None:
             try:
                 connected = await asyncio.wait_for(self._socket.client.is_connected(), 2.0)
-            except Exception:
+            except WEB_API_ERRORS:
                 connected = False
             return None if connected else "the Socket Mode connection is not connected"
         if self._bolt is not None and self._runner is None:
@@ -185,7 +185,7 @@ class SlackAdapter(Adapter):
             error = exc.response.get("error")
             return [Check("slack", False, f"auth.test refused the bot token ({error})",
                           "set platforms.slack.bot_token to the xoxb- token from OAuth & Permissions")]
-        except Exception as exc:
+        except WEB_API_ERRORS as exc:
             return [Check("slack", False, f"cannot reach the Slack API: {type(exc).__name__}: {exc}",
                           "check the network, or platforms.slack.api_base_url")]
         checks = [Check("slack", True, f"bot token accepted by auth.test ({auth.get('user')} in {auth.get('team')})")]
@@ -197,7 +197,7 @@ class SlackAdapter(Adapter):
                 checks.append(Check("slack socket mode", False,
                                     f"apps.connections.open refused the app token ({exc.response.get('error')})",
                                     "set platforms.slack.app_token to an xapp- token with connections:write"))
-            except Exception as exc:
+            except WEB_API_ERRORS as exc:
                 checks.append(Check("slack socket mode", False, f"apps.connections.open failed: {exc}",
                                     "check the network"))
         else:

@@ -8,16 +8,22 @@ dropping the message.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 from botweave.types import ChannelType
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..cache import BoundedCache
 
 log = logging.getLogger(__name__)
+
+# What a Web API call can raise: Slack's answer or the SDK refusing (SlackClientError and its
+# SlackApiError), no answer (aiohttp's errors, a timeout), or a body that is not JSON.
+WEB_API_ERRORS: tuple[type[Exception], ...] = (SlackClientError, aiohttp.ClientError, asyncio.TimeoutError, ValueError)
 
 _MISSING = object()
 _TRANSIENT_ERRORS = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable"})
@@ -57,7 +63,7 @@ class SlackDirectory:
             log.info("slack: users.info for %s failed: %s", user_id, exc.response.get("error"))
             if exc.response.get("error") in _TRANSIENT_ERRORS:
                 return None
-        except Exception as exc:  # network trouble: do not cache, try again next time
+        except WEB_API_ERRORS as exc:  # network trouble: do not cache, try again next time
             log.warning("slack: users.info for %s failed: %s", user_id, type(exc).__name__)
             return None
         self._users.put(user_id, profile)
@@ -88,7 +94,7 @@ class SlackDirectory:
         try:
             response = await self._client.conversations_info(channel=channel_id)
             kind = _channel_type_from_info(response.get("channel") or {})
-        except Exception as exc:
+        except WEB_API_ERRORS as exc:
             log.info("slack: conversations.info for %s failed (%s); guessing from the id", channel_id, exc)
             return "dm" if channel_id.startswith("D") else "group" if channel_id.startswith("G") else "channel"
         self._channels.put(channel_id, kind)
@@ -118,7 +124,7 @@ class SlackDirectory:
             if error not in _TRANSIENT_ERRORS:
                 self._roots.put(key, None)
             return None
-        except Exception as exc:
+        except WEB_API_ERRORS as exc:
             log.warning("slack: conversations.replies failed: %s", type(exc).__name__)
             return None
         messages = response.get("messages") or []

@@ -165,7 +165,7 @@ class EventsEndpoint:
             response = await self._bolt.async_dispatch(
                 AsyncBoltRequest(body=body, query=request.query_string, headers=headers)
             )
-        except Exception as exc:  # noqa: BLE001 - bolt itself failed on a body it was given
+        except Exception as exc:  # boundary: the Events API request handler; bolt itself failed on a body
             log.error("slack: a signed request from %s could not be handled (%s)", client, failure_line(exc))
             return web.Response(status=400, text="bad request")
         if response.status == 404:  # a kind of request no listener takes

@@ -177,7 +177,7 @@ class SlackInbound:
             return
         try:
             item = await self._normalise(event, body)
-        except Exception as exc:  # noqa: BLE001 - the last net: one line, and Slack's retry may try again
+        except Exception as exc:  # boundary: slack's receive path, per event; one line, and Slack's retry may try again
             if key is not None:
                 self._seen.discard(key)
             self.stats["unreadable"] += 1

@@ -32,6 +32,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ..cache import BoundedCache
+from .directory import WEB_API_ERRORS
 from .format import emoji_to_reaction, markdown_to_mrkdwn
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class SlackOutbound(Outbound):
         try:
             response = await self._client.conversations_open(users=user_id)
             channel = str((response.get("channel") or {}).get("id") or "")
-        except Exception as exc:
+        except WEB_API_ERRORS as exc:
             detail = exc.response.get("error") if isinstance(exc, SlackApiError) else type(exc).__name__
             log.warning("slack: conversations.open for %s failed: %s", user_id, detail)
         if not channel:

@@ -113,7 +113,7 @@ class TolerantBot(ExtBot[None]):
                 log.info("telegram: a poll failed while stopping (%s); updates not confirmed come again", exc)
                 return ()
             raise
-        except Exception:
+        except Exception:  # boundary: telegram's receive loop; a batch PTB could not parse is read again update by update
             log.warning("telegram: a polled batch did not parse; re-reading it update by update")
             updates = await self._reparse(offset, limit)
         if self._polled is not None:
@@ -138,7 +138,7 @@ class TolerantBot(ExtBot[None]):
             update = Update.de_json(data, self)
             self.insert_callback_data(update)
             return update
-        except Exception:
+        except Exception:  # boundary: telegram's receive loop, per update: PTB's parser on a hostile update
             update_id = data.get("update_id") if isinstance(data, dict) else None
             log.error("telegram: skipped malformed update %s", update_id if update_id is not None else "?")
             if isinstance(update_id, int):

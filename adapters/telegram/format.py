@@ -99,7 +99,7 @@ def render(markdown: str, bot: Bot, limit: int = TELEGRAM_MAX_UTF16) -> Rendered
     `limit` (a message's, or a caption's)."""
     try:
         text, entities = telegramify_markdown.convert(literal_markdown(markdown), latex_escape=False)
-    except Exception:  # the converter is third-party; formatting is never worth a lost reply
+    except Exception:  # boundary: a third-party converter on the model's text; formatting is never worth a lost reply
         log.warning("telegram: markdown conversion failed; sending plain text", exc_info=True)
         return Rendered(markdown, None)
     if not text.strip() or utf16_len(text) > limit:

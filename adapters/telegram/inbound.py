@@ -560,7 +560,7 @@ class TelegramInbound:
             return
         try:
             items = self.normalise(update)
-        except Exception as exc:  # noqa: BLE001 - the last net (updates are sanitised first): one line
+        except Exception as exc:  # boundary: telegram's receive path, per update (updates are sanitised first): one line
             log.error("telegram: skipped update %s that could not be normalised (%s)", update.update_id,
                       failure_line(exc))
             return
@@ -574,7 +574,7 @@ class TelegramInbound:
         stops."""
         try:
             event = self.press(update)
-        except Exception:
+        except Exception:  # boundary: telegram's receive path, per press: one that cannot be read is only answered
             log.exception("telegram: skipped a button press that could not be read")
             event = None
 

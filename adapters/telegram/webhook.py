@@ -122,7 +122,7 @@ class WebhookServer:
         except web.HTTPRequestEntityTooLarge:
             log.error("telegram: skipped a webhook update from %s: the body is too large", client)
             return web.Response(status=200)
-        except Exception as exc:  # noqa: BLE001 - whatever the body is, it is skipped with one line
+        except Exception as exc:  # boundary: the webhook request handler: whatever the body is, it is skipped with one line
             log.error("telegram: skipped a malformed webhook update from %s (%s)", client, failure_line(exc))
             return web.Response(status=200)
         if dropped:
@@ -132,7 +132,7 @@ class WebhookServer:
         try:
             async with asyncio.timeout(self._handle_timeout):
                 await self._handle(update)
-        except Exception as exc:
+        except Exception as exc:  # boundary: the webhook request handler's hand-over: answered 500 so Telegram redelivers
             log.warning(
                 "telegram: update %s was not handed over (%s); answering 500 so Telegram redelivers it",
                 update.update_id,
