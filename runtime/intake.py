@@ -5,14 +5,14 @@ store hands out (store/carrier.py) and what that carrier says of itself.
 - `Intake` itself records nothing: an App not started yet, or started only to post, runs
   an item at once.
 - `JournalIntake`, on a carrier that is not shared (the journal of a SQLite store; memory in
-  tests): the item is written to the store's inbound journal before `submit` returns, and its entry is removed
-  once its turn is done. Its turn is spawned before the first await, holding its
-  conversation's place, so the arrival order of a conversation's messages is the order of
-  its turns while other conversations run concurrently. At start, whatever the journal still
-  holds (a turn a crash cut off) runs first.
+  tests): the item is written to the store's inbound journal before `submit` returns, and
+  its entry is removed once its turn is done. Its turn is spawned before the first await,
+  holding its conversation's place, so the arrival order of a conversation's messages is the
+  order of its turns while other conversations run concurrently. At start, whatever the
+  journal still holds (a turn a crash cut off) runs first.
 - `StreamIntake`, on a shared carrier (Redis's stream): the item is appended to the shared
-  stream, which any worker reads; a local platform's item (the console) is answered here, beside the stream, since
-  nothing would redeliver a terminal's line.
+  stream, which any worker reads; a local platform's item (the console) is answered here,
+  beside the stream, since nothing would redeliver a terminal's line.
 
 Each tells `App.handle` where its item was `recorded` (an argument, not a context), and calls
 it through the App it is given, so whoever wraps `App.handle` sees every item.

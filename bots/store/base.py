@@ -128,10 +128,10 @@ class Store(ABC):
     ) -> InboundCarrier:
         """The carrier received items are recorded in until their turns are done: the shared
         stream of a store workers share, else the journal kept in this store. It remembers an
-        item `dedup_ttl` seconds (a platform's retry is recognised), and a shared one gives a
-        turn's entry `lease` seconds without a heartbeat before another worker takes it over
-        and holds a conversation's lock for `lock_ttl`; `patience` waits out its server's
-        outages. `via` is the store callers use when this one is wrapped (a `PatientStore`):
+        item `dedup_ttl` seconds (a platform's retry is recognised); a shared one gives a turn's
+        entry `lease` seconds without a heartbeat before another worker takes it over, and its
+        conversation and platform-leader locks outlive a silent holder by `lock_ttl`;
+        `patience` waits out its server's outages. `via` is the store callers use when this one is wrapped (a `PatientStore`):
         a carrier kept in the store writes through it."""
 
     @abstractmethod

@@ -1,10 +1,11 @@
 """Redis locks that outlive nobody: a lease renewed by a heartbeat while its holder lives, and
 the platform leader that holds one.
 
-A conversation lock keeps one turn per conversation across all workers (store/redis_stream.py);
-a leader lock keeps one process per platform connection (`RedisLeader`). Both expire `ttl` after their holder stops renewing
-them (a crash, a `kill -9`), so a successor takes over within seconds, and both are released
-only by the token that took them, so a late holder cannot free someone else's lock.
+A conversation lock keeps one turn per conversation across all workers (the stream,
+store/redis_stream.py); a leader lock keeps one process per platform connection
+(`RedisLeader`). Both expire `ttl` after their holder stops renewing them (a crash, a
+`kill -9`), so a successor takes over within seconds, and both are released only by the
+token that took them, so a late holder cannot free someone else's lock.
 
 A heartbeat that meets a store outage keeps trying; the lock counts as lost only when the
 store says it is someone else's. One that expired while the store stood still (every
