@@ -20,7 +20,6 @@ from botweave.push import NotificationCategory, NotificationOutcome, Recipient
 from botweave.runtime import process
 from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
-from botweave.runtime.durable import InboundJournal, InboundStream
 from botweave.runtime.gateway import build_gateway
 from botweave.runtime.generation import LiveParts
 from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
@@ -32,6 +31,7 @@ from botweave.runtime.process import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_S
 from botweave.runtime.reload import ReloadResult, Reloads
 from botweave.runtime.watchdog import Watchdogs
 from botweave.store import Store
+from botweave.store.carrier import InboundCarrier
 from botweave.tasks import TaskOwner
 from botweave.types import BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
@@ -181,12 +181,12 @@ class App(LiveParts):
         return self._life.uptime()
 
     @property
-    def stream(self) -> InboundStream | None:
+    def stream(self) -> InboundCarrier | None:
         """The shared stream this process takes items from (a Redis store, once started)."""
         return self._intake.stream if isinstance(self._intake, StreamIntake) else None
 
     @property
-    def journal(self) -> InboundJournal | None:
+    def journal(self) -> InboundCarrier | None:
         """The store's inbound journal (a store of this process's own, once started to receive)."""
         return self._intake.journal if isinstance(self._intake, JournalIntake) else None
 

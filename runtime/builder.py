@@ -61,9 +61,8 @@ from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
 from botweave.runtime.turns import AgentTurn
 from botweave.runtime.usage import USAGE_ARGS, USAGE_HELP, UsageCommand
-from botweave.store import MemoryStore, Patience, PatientStore, Store, open_store
-from botweave.store.patient import backend
-from botweave.store.redis import RedisStore
+from botweave.store import Patience, PatientStore, Store, open_store
+from botweave.store.patient import patient
 from botweave.targets import Targets
 from botweave.tasks import TaskOwner
 from botweave.tools import ToolServices, Toolsets
@@ -126,7 +125,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     ttl = settings.dedup_ttl_seconds
     patience = Patience(settings.outage_grace_seconds)
     chosen = store or open_store(settings.url or "memory://", settings.prefix, base=config.base_dir)
-    kept = chosen if isinstance(chosen, PatientStore) else PatientStore(chosen, patience=patience)
+    kept = patient(chosen, patience)
     events = conversation_events(config, kept)
     hooks, commands, life, locks, live = HookRegistry(), CommandRegistry(), Lifecycle(), ConversationLocks(), Live()
     model_processes, model_clients, made = _model_calls(config)
@@ -148,9 +147,9 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         kept, delivery, platforms.adapters, buttons, owner_of=access.owner_of, notify=notices.approval_requested,
         events=events,
     )
-    asks = AskDesk(kept, delivery, platforms.adapters, buttons, shared=isinstance(backend(kept), RedisStore), events=events)
+    asks = AskDesk(kept, delivery, platforms.adapters, buttons, shared=kept.shared, events=events)
     # several workers share one budget through the store
-    admission = Admission(admission_limits(config.admission), slots=kept if isinstance(backend(kept), RedisStore) else None)
+    admission = Admission(admission_limits(config.admission), slots=kept if kept.shared else None)
     control = TurnControl(kept, history, platforms.bot_config, ttl, access.admits, events=events)
 
     async def alert(category: str, platform: str | None, headline: str, text: str) -> None:
@@ -160,7 +159,7 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
             await notices.owner_alert(category, owners, headline, text)
 
     # cool-downs are read from the store before each call where other workers share it
-    guard = ModelGuard(kept, shared=isinstance(backend(kept), RedisStore), alert=alert)
+    guard = ModelGuard(kept, shared=kept.shared, alert=alert)
     BuiltinCommands(commands, live, history, life.uptime).register()
     commands.register("pair", access.pair_command, help=PAIR_HELP, args=PAIR_USAGE)
     commands.register("notify", notify_command(preferences), help=NOTIFY_HELP)
@@ -309,6 +308,6 @@ def _pairing_cli_config(config: Config, store: Store, *, given: bool) -> Path | 
     configuration file, when the store is the one it names (or the SQLite file the CLI
     derives from it) and lives outside this process. None otherwise."""
     source = config.source
-    if given or source is None or isinstance(backend(store), MemoryStore):
+    if given or source is None or not store.external:
         return None
     return source.resolve()

@@ -13,9 +13,9 @@ from botweave.adapter import Adapter, Admits, PlatformRejected
 from botweave.config import BotConfig, PlatformConfig
 from botweave.events import ConversationEvents
 from botweave.runtime.config import Config
-from botweave.runtime.durable import PlatformLeader
 from botweave.runtime.platforms import installed_platforms
 from botweave.store.base import Store
+from botweave.store.carrier import PlatformLeader
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ from botweave.pipeline import Inbound, TurnOutcome, TurnStatus
 from botweave.policies.approvals import ApprovalDesk
 from botweave.policies.asks import AskDesk
 from botweave.runtime.connections import Platforms
-from botweave.runtime.durable import dedup_key, outage_errors
 from botweave.runtime.generation import Live
 from botweave.runtime.intake import Inbox, Recorded
 from botweave.runtime.turn_control import TurnControl
 from botweave.store import Store
+from botweave.store.carrier import dedup_key, outage_errors
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)

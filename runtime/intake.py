@@ -1,17 +1,18 @@
 """How an item that `App.submit` accepts is recorded and reaches `App.handle`: one intake
-per way a process receives, chosen by `open_intake` at start.
+per way a process receives, chosen by `open_intake` at start from the inbound carrier the
+store hands out (store/carrier.py) and what that carrier says of itself.
 
 - `Intake` itself records nothing: an App not started yet, or started only to post, runs
   an item at once.
-- `JournalIntake`, on a store of this process's own (SQLite; memory in tests): the item is
-  written to the store's inbound journal before `submit` returns, and its entry is removed
-  once its turn is done. Its turn is spawned before the first await, holding its
-  conversation's place, so the arrival order of a conversation's messages is the order of
-  its turns while other conversations run concurrently. At start, whatever the journal still
-  holds (a turn a crash cut off) runs first.
-- `StreamIntake`, on Redis: the item is appended to the shared stream, which any worker
-  reads; a local platform's item (the console) is answered here, beside the stream, since
-  nothing would redeliver a terminal's line.
+- `JournalIntake`, on a carrier that is not shared (the journal of a SQLite store; memory in
+  tests): the item is written to the store's inbound journal before `submit` returns, and
+  its entry is removed once its turn is done. Its turn is spawned before the first await,
+  holding its conversation's place, so the arrival order of a conversation's messages is the
+  order of its turns while other conversations run concurrently. At start, whatever the
+  journal still holds (a turn a crash cut off) runs first.
+- `StreamIntake`, on a shared carrier (Redis's stream): the item is appended to the shared
+  stream, which any worker reads; a local platform's item (the console) is answered here,
+  beside the stream, since nothing would redeliver a terminal's line.
 
 Each tells `App.handle` where its item was `recorded` (an argument, not a context), and calls
 it through the App it is given, so whoever wraps `App.handle` sees every item.
@@ -33,12 +34,10 @@ from botweave.conversations import ConversationLocks, conversation_key
 from botweave.model_calls import import_litellm
 from botweave.pipeline import TurnOutcome
 from botweave.runtime.connections import Platforms, Receiver
-from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
 from botweave.runtime.lifecycle import Lifecycle
 from botweave.runtime.turn_control import TurnControl
 from botweave.store import Patience, Store
-from botweave.store.patient import backend
-from botweave.store.redis import RedisStore
+from botweave.store.carrier import InboundCarrier, outage_errors
 from botweave.tasks import TaskOwner
 from botweave.types import BotMessage, PlatformEvent
 
@@ -100,7 +99,7 @@ class Intake:
 
 
 class JournalIntake(Intake):
-    def __init__(self, turns: Turns, journal: InboundJournal) -> None:
+    def __init__(self, turns: Turns, journal: InboundCarrier) -> None:
         super().__init__(turns)
         self.journal = journal
 
@@ -162,9 +161,7 @@ class StreamIntake(Intake):
     def __init__(
         self,
         turns: Turns,
-        stream: InboundStream,
-        config: StoreConfig,
-        patience: Patience,
+        stream: InboundCarrier,
         adapters: Mapping[str, Adapter],
         *,
         role: str,
@@ -173,8 +170,6 @@ class StreamIntake(Intake):
         super().__init__(turns)
         self.stream = stream
         self._adapters = adapters
-        self._config = config
-        self._patience = patience
         self._role = role
         self._receive = receive
         self._publishing = ConversationLocks()
@@ -200,10 +195,9 @@ class StreamIntake(Intake):
                 raise
             told.set_result(True)
             return
-        ttl = self._config.dedup_ttl_seconds
         if isinstance(item, PlatformEvent) or not ordered:
             control.stamp(item)
-            await self.stream.publish(item, dedup_key(item), ttl, ordered=False)
+            await self.stream.record(item, ordered=False)
             return
         # One append at a time per conversation, in the order items arrived: the stream's
         # sequence numbers are the conversation's order (an SDK that hands over each message
@@ -212,7 +206,7 @@ class StreamIntake(Intake):
         async with self._publishing.hold(conversation_key(item)):
             control.stamp(item)
             await control.arrived(item)
-            await self.stream.publish(item, dedup_key(item), ttl)
+            await self.stream.record(item)
 
     async def _here(self, item: BotMessage | PlatformEvent, told: asyncio.Future[bool], inbox: Inbox, *, ordered: bool) -> None:
         """A local platform's item beside the shared stream: answered in this process, one
@@ -261,7 +255,9 @@ class StreamIntake(Intake):
             return
         if make is None:
             return
-        leader = PlatformLeader(name, make, self.stream.store, self._config.lock_ttl_seconds, self._patience)
+        leader = self.stream.leader(name, make)
+        if leader is None:  # nobody else receives from this store: the platform started here
+            return
         platforms.leaders.append(leader)
         background.spawn(leader.run(self.turns.life.stopping), name=f"{name} leader")
 
@@ -280,13 +276,15 @@ async def open_intake(
     role: str,
     receive: bool,
 ) -> Intake:
-    """The intake for this store: the shared stream on Redis, else the journal when this
-    process receives, else none."""
-    shared = backend(store)
-    if isinstance(shared, RedisStore):
-        stream = InboundStream(shared, lease=config.stream_lease_seconds, lock_ttl=config.lock_ttl_seconds, patience=patience)
-        await stream.ensure_group()
-        return StreamIntake(turns, stream, config, patience, adapters, role=role, receive=receive)
+    """The intake for the carrier `store` hands out: the shared stream's when the carrier is
+    shared, else its journal's when this process receives, else none."""
+    carrier = store.inbound_carrier(
+        dedup_ttl=config.dedup_ttl_seconds, lease=config.stream_lease_seconds, lock_ttl=config.lock_ttl_seconds,
+        patience=patience,
+    )
+    if carrier.shared:
+        await carrier.open()
+        return StreamIntake(turns, carrier, adapters, role=role, receive=receive)
     if receive:
-        return JournalIntake(turns, InboundJournal(store, config.dedup_ttl_seconds))
+        return JournalIntake(turns, carrier)
     return Intake(turns)

@@ -52,8 +52,6 @@ from botweave.runtime.ops import OpsServer, Readiness
 from botweave.runtime.presence import Presence
 from botweave.runtime.reload_plan import Move, ReloadResult, changed_sections, keep_restart_only, platform_moves
 from botweave.runtime.watchdog import LoopWatch
-from botweave.store import MemoryStore
-from botweave.store.patient import backend
 from botweave.tasks import TaskOwner
 from botweave.tooling import Tool
 from botweave.tools.python import function_tool
@@ -318,7 +316,7 @@ class Reloads:
         requested = tuple(platforms) if platforms is not None else None
         self.reloading.running = Running(intake, self._background, requested, answers)
         parts = self._parts
-        if receive and not isinstance(backend(parts.store), MemoryStore):
+        if receive and parts.store.external:
             live = parts.live
             self._presence = Presence(
                 parts.store, role=parts.role, revision=lambda: live.generation.revision,

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 from botweave import App, PlatformCapabilities
-from botweave.runtime.durable import InboundStream
-from botweave.runtime.locks import Lease
 from botweave.store.redis import RedisStore
+from botweave.store.redis_lease import Lease
+from botweave.store.redis_stream import InboundStream
 
 from tests.support import RecordingAdapter, message
 

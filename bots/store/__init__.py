@@ -1,5 +1,6 @@
 """The state store: one interface (base.py), a backend per module, chosen by URL (url.py),
-and the patience that waits out a store's short outages (patient.py)."""
+the patience that waits out a store's short outages (patient.py), and the carrier of
+received items each backend hands out (carrier.py: the journal, or Redis's shared stream)."""
 
 from botweave.store.base import (
     Append,
@@ -14,6 +15,7 @@ from botweave.store.base import (
     StoreUnavailable,
     redact_url,
 )
+from botweave.store.carrier import InboundCarrier
 from botweave.store.memory import MemoryStore
 from botweave.store.patient import Patience, PatientStore
 from botweave.store.sqlite import SQLiteStore
@@ -21,6 +23,7 @@ from botweave.store.url import is_shared, open_store
 
 __all__ = [
     "Append",
+    "InboundCarrier",
     "LogEntry",
     "LogFeed",
     "LogSlice",

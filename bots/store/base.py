@@ -17,6 +17,10 @@ reset, while only the newest entries are kept. Conversation events live there, s
 that was away can ask for everything after the last number it saw, and learn when the log no
 longer reaches back that far. A backend shared by several processes also offers a feed of
 what anyone appends (`log_feed`), so one process can serve the events every process makes.
+
+Each store hands out the carrier of received items that suits it (`inbound_carrier`,
+store/carrier.py) and says what it is (`shared`, `external`), so the runtime decides by what
+a store states, never by its type.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from botweave.store.carrier import InboundCarrier
+    from botweave.store.patient import Patience
 
 #: What `set_if_absent_capped` did: wrote the key, found it there, or found no room.
 CappedSet = Literal["set", "exists", "full"]
@@ -100,6 +108,31 @@ class Store(ABC):
     def describe(self) -> str:
         """Where the state lives, safe to print (no password)."""
         return type(self).__name__
+
+    @property
+    def shared(self) -> bool:
+        """Whether several worker processes, on several hosts, work from this store at once:
+        what one writes the others read at once, so cool-downs, budgets and questions waiting
+        for an answer are read from the store rather than kept in the process."""
+        return False
+
+    @property
+    def external(self) -> bool:
+        """Whether the state lives outside this process (a file, a server): it outlasts the
+        process, and other processes (`botweave pair`, the next start) open it too."""
+        return True
+
+    @abstractmethod
+    def inbound_carrier(
+        self, *, dedup_ttl: float, lease: float, lock_ttl: float, patience: Patience | None = None, via: Store | None = None
+    ) -> InboundCarrier:
+        """The carrier received items are recorded in until their turns are done: the shared
+        stream of a store workers share, else the journal kept in this store. It remembers an
+        item `dedup_ttl` seconds (a platform's retry is recognised); a shared one gives a turn's
+        entry `lease` seconds without a heartbeat before another worker takes it over, and its
+        conversation and platform-leader locks outlive a silent holder by `lock_ttl`;
+        `patience` waits out its server's outages. `via` is the store callers use when this one is wrapped (a `PatientStore`):
+        a carrier kept in the store writes through it."""
 
     @abstractmethod
     async def get(self, key: str) -> str | None: ...

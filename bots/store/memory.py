@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botweave.store.base import Append, CappedSet, LogSlice, Operation, Put, Remove, Store
+from botweave.store.carrier import InboundCarrier
+from botweave.store.journal import InboundJournal
+from botweave.store.patient import Patience
 
 Clock = Callable[[], float]
 
@@ -48,6 +51,16 @@ class MemoryStore(Store):
 
     def describe(self) -> str:
         return "memory:// (in this process; gone when it stops)"
+
+    @property
+    def external(self) -> bool:
+        return False
+
+    def inbound_carrier(
+        self, *, dedup_ttl: float, lease: float, lock_ttl: float, patience: Patience | None = None, via: Store | None = None
+    ) -> InboundCarrier:
+        """The journal, kept in this store: one process answers what it receives."""
+        return InboundJournal(via or self, dedup_ttl)
 
     async def get(self, key: str) -> str | None:
         entry = self._live(key)

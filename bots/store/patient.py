@@ -21,9 +21,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from botweave.store.base import CappedSet, LogFeed, LogSlice, Operation, Store, StoreOutage
+
+if TYPE_CHECKING:
+    from botweave.store.carrier import InboundCarrier
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,23 @@ class PatientStore(Store):
     def describe(self) -> str:
         return self.inner.describe()
 
+    @property
+    def shared(self) -> bool:
+        return self.inner.shared
+
+    @property
+    def external(self) -> bool:
+        return self.inner.external
+
+    def inbound_carrier(
+        self, *, dedup_ttl: float, lease: float, lock_ttl: float, patience: Patience | None = None, via: Store | None = None
+    ) -> InboundCarrier:
+        """The backend's carrier; one kept in the store writes through this wrapper, so its
+        writes wait out outages as a turn's do."""
+        return self.inner.inbound_carrier(
+            dedup_ttl=dedup_ttl, lease=lease, lock_ttl=lock_ttl, patience=patience, via=via or self
+        )
+
     async def connect(self) -> None:
         await self.inner.connect()
 
@@ -204,6 +224,12 @@ class PatientStore(Store):
 
     def log_feed(self, prefix: str) -> LogFeed | None:
         return self.inner.log_feed(prefix)
+
+
+def patient(store: Store, patience: Patience) -> PatientStore:
+    """`store`, waiting out its outages with `patience`; a store that waits already is kept as
+    it is (with its own patience): outages are never waited out twice over."""
+    return store if isinstance(store, PatientStore) else PatientStore(store, patience=patience)
 
 
 def backend(store: Store) -> Store:

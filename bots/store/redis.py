@@ -17,7 +17,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from botweave.metrics import STORE_ERRORS
 from botweave.store.base import (
@@ -33,6 +33,10 @@ from botweave.store.base import (
     StoreUnavailable,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from botweave.store.carrier import InboundCarrier
+    from botweave.store.patient import Patience
 
 log = logging.getLogger(__name__)
 
@@ -321,6 +325,19 @@ class RedisStore(Store):
 
     def describe(self) -> str:
         return redact_url(self._url)
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    def inbound_carrier(
+        self, *, dedup_ttl: float, lease: float, lock_ttl: float, patience: Patience | None = None, via: Store | None = None
+    ) -> InboundCarrier:
+        """The shared stream, which every worker reads; it talks to Redis directly (`via` is
+        not needed: its own calls wait out outages with `patience`)."""
+        from botweave.store.redis_stream import InboundStream
+
+        return InboundStream(self, lease=lease, lock_ttl=lock_ttl, patience=patience, dedup_ttl=dedup_ttl)
 
     async def connect(self) -> None:
         from redis.exceptions import RedisError

@@ -48,6 +48,9 @@ from botweave.store.base import (
     StoreOutage,
     StoreUnavailable,
 )
+from botweave.store.carrier import InboundCarrier
+from botweave.store.journal import InboundJournal
+from botweave.store.patient import Patience
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +290,12 @@ class SQLiteStore(Store):
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
+
+    def inbound_carrier(
+        self, *, dedup_ttl: float, lease: float, lock_ttl: float, patience: Patience | None = None, via: Store | None = None
+    ) -> InboundCarrier:
+        """The journal, kept in this store: one process answers what it receives."""
+        return InboundJournal(via or self, dedup_ttl)
 
     async def connect(self) -> None:
         if self._worker is not None:

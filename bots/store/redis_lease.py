@@ -1,14 +1,16 @@
-"""Redis locks that outlive nobody: a lease renewed by a heartbeat while its holder lives.
+"""Redis locks that outlive nobody: a lease renewed by a heartbeat while its holder lives, and
+the platform leader that holds one.
 
-A conversation lock keeps one turn per conversation across all workers; a leader lock keeps
-one process per platform connection. Both expire `ttl` after their holder stops renewing
-them (a crash, a `kill -9`), so a successor takes over within seconds, and both are released
-only by the token that took them, so a late holder cannot free someone else's lock.
+A conversation lock keeps one turn per conversation across all workers (the stream,
+store/redis_stream.py); a leader lock keeps one process per platform connection
+(`RedisLeader`). Both expire `ttl` after their holder stops renewing them (a crash, a
+`kill -9`), so a successor takes over within seconds, and both are released only by the
+token that took them, so a late holder cannot free someone else's lock.
 
 A heartbeat that meets a store outage keeps trying; the lock counts as lost only when the
 store says it is someone else's. One that expired while the store stood still (every
 holder's renewal was late) is simply taken again by its holder; workers hold back from
-taking anything over for a while after an outage (runtime/durable.py), so the holders get
+taking anything over for a while after an outage (store/redis_stream.py), so the holders get
 there first.
 """
 
@@ -18,11 +20,15 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from botweave.store import Patience
+from botweave.store.patient import Patience
 from botweave.store.redis import passing_errors
 from botweave.tasks import spawn
+
+if TYPE_CHECKING:
+    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +141,76 @@ class Lease:
             await self._patience.run(
                 lambda: self._redis.eval(_RELEASE, 1, self.key, self.token), passing_errors(), grace=self.ttl
             )
+
+
+async def pause(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep, but wake as soon as `stop` is set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+class RedisLeader:
+    """Holds one platform connection for the whole deployment: whoever holds the leader lock
+    receives; when it dies, a standby takes over once the lock expires. A reload that changes
+    the platform's connection settings `renew`s the leader: the connection it holds is given
+    up and the lock taken again, by whichever process gets it first, on the new settings."""
+
+    def __init__(
+        self,
+        platform: str,
+        make_adapter: Callable[[], Adapter],
+        redis: Any,
+        key: str,
+        ttl: float,
+        patience: Patience | None = None,
+    ) -> None:
+        self.platform = platform
+        self._make_adapter: Callable[[], Adapter] | None = make_adapter
+        self._redis = redis
+        self._key = key
+        self._ttl = ttl
+        #: The receiving adapter while this process holds the connection (readiness reads it).
+        self.adapter: Any = None
+        self._patience = patience or Patience()
+        self._renewed = asyncio.Event()
+
+    def renew(self, make_adapter: Callable[[], Adapter] | None) -> None:
+        """Connect with `make_adapter` from now on, or not at all (None: the platform was
+        switched off, and `run` returns)."""
+        self._make_adapter = make_adapter
+        self._renewed.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set() and self._make_adapter is not None:
+            self._renewed.clear()
+            lease = Lease(self._redis, self._key, self._ttl, self._patience)
+            asked = self._patience.clock()
+            try:
+                taken = await lease.try_acquire()
+            except passing_errors() as exc:
+                self._patience.failed(exc, began=asked)
+                taken = False
+            if not taken:
+                await pause(stop, self._ttl / 3)
+                continue
+            adapter = self._make_adapter()
+            try:
+                await adapter.start(inbound=True)
+                self.adapter = adapter
+                log.info("%s: this process now holds the platform connection (%s)", self.platform, adapter.mode or "receiving")
+                waits = {
+                    spawn(stop.wait(), name=f"{self.platform} leader: wait for stop"),
+                    spawn(lease.lost.wait(), name=f"{self.platform} leader: wait for a lost lease"),
+                    spawn(self._renewed.wait(), name=f"{self.platform} leader: wait for new settings"),
+                }
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for wait in waits:
+                    wait.cancel()
+            except Exception:
+                log.exception("%s: the platform connection failed; retrying", self.platform)
+                await pause(stop, 1.0)
+            finally:
+                self.adapter = None
+                with contextlib.suppress(Exception):
+                    await adapter.stop()
+                await lease.release()

@@ -1,27 +1,21 @@
-"""Durable inbound: an item is recorded before the platform is acknowledged, and it is done
-only once its turn has finished, so a crash loses nothing and a restart or another worker
-picks up what was cut off.
+"""The inbound stream: the carrier of a Redis store, shared by every worker (Redis Streams).
 
-Two carriers, one per kind of store:
-
-* `InboundStream` (Redis Streams) for several workers. The process holding a platform
-  connection appends each item to a stream before acknowledging it; workers read it through a
-  consumer group and acknowledge an entry only after its turn finished. Entries a dead worker
-  left pending are claimed by another once idle for `lease` seconds (XAUTOCLAIM); a live
-  worker keeps the entries whose turns it has *started* from looking idle (XCLAIM as a
-  heartbeat every third of the lease). A worker reads ahead only a few entries it cannot
-  start yet, and an entry that could run but that nobody started for a second (its reader
-  died) is taken by another worker at once, without waiting for the lease: so a dead worker
-  holds up only the conversations whose turn it had started, until their locks expire.
-* `InboundJournal` for a single process on its own store (the SQLite file; memory in tests):
-  the item is written to the store before the platform is acknowledged and deleted when its
-  turn finished; a restart runs whatever is left, in order.
+The process holding a platform connection appends each item to a stream before
+acknowledging it; workers read it through a consumer group and acknowledge an entry only
+after its turn finished. Entries a dead worker left pending are claimed by another once idle
+for `lease` seconds (XAUTOCLAIM); a live worker keeps the entries whose turns it has
+*started* from looking idle (XCLAIM as a heartbeat every third of the lease). A worker reads
+ahead only a few entries it cannot start yet, and an entry that could run but that nobody
+started for a second (its reader died) is taken by another worker at once, without waiting
+for the lease: so a dead worker holds up only the conversations whose turn it had started,
+until their locks expire.
 
 Order: each message gets a per-conversation sequence number when it is appended. A worker
-runs message n of a conversation only while holding that conversation's lock and after
-message n-1 is done, so any number of workers keep every conversation in order. An item may
-run more than once (at least once); the turn's atomic commit and the outbox (bots/delivery.py)
-keep its effects to once, as far as each platform allows (docs/delivery.md).
+runs message n of a conversation only while holding that conversation's lock (a `Lease`,
+store/redis_lease.py) and after message n-1 is done, so any number of workers keep every
+conversation in order. An item may run more than once (at least once); the turn's atomic
+commit and the outbox (bots/delivery.py) keep its effects to once, as far as each platform
+allows (docs/delivery.md).
 
 Store outages are waited out (`Patience`); an entry whose turn met an outage longer than the
 grace is left pending for a retry, never acknowledged unanswered.
@@ -31,20 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from botweave.conversations import conversation_key
-from botweave.runtime.locks import Lease
-from botweave.store import Patience, Put, Store, StoreOutage
+from botweave.store.carrier import Handler, Inbound, InboundCarrier, decode, dedup_key, encode, outage_errors
+from botweave.store.patient import Patience
 from botweave.store.redis import RedisStore, passing_errors
+from botweave.store.redis_lease import Lease, RedisLeader
+from botweave.store.redis_lease import pause as _pause
 from botweave.tasks import TaskOwner, spawn
-from botweave.types import BotMessage, PlatformEvent, revision_suffix
+from botweave.types import BotMessage
+
+if TYPE_CHECKING:
+    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -84,45 +82,16 @@ end
 return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'item', ARGV[1], 'conv', ARGV[2], 'seq', seq)
 """
 
-Handler = Callable[[BotMessage | PlatformEvent], Awaitable[Any]]
-
 
 class LeaseLost(RuntimeError):
     """The conversation lock was taken over while a turn ran; the turn stops, unacknowledged."""
 
 
-def dedup_key(item: BotMessage | PlatformEvent) -> str | None:
-    """The identity a platform retry repeats: (platform, chat, message or event id); None for
-    an event the platform gave no id, which nothing could recognise as repeated anyway."""
-    if isinstance(item, BotMessage):
-        return f"dedup:{item.platform}:{item.channel.channel_id}:{item.message_id}{revision_suffix(item)}"
-    return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id}" if item.event_id else None
+class InboundStream(InboundCarrier):
+    """The Redis store's carrier: one stream, read by every worker through a consumer group."""
 
+    shared: ClassVar[bool] = True
 
-def encode(item: BotMessage | PlatformEvent) -> str:
-    kind = "message" if isinstance(item, BotMessage) else "event"
-    return json.dumps({"kind": kind, "data": item.to_dict()}, ensure_ascii=False)
-
-
-def decode(raw: str) -> BotMessage | PlatformEvent:
-    payload = json.loads(raw)
-    if payload["kind"] == "message":
-        return BotMessage.from_dict(payload["data"])
-    return PlatformEvent(**payload["data"])
-
-
-def outage_errors() -> tuple[type[BaseException], ...]:
-    """Failures that mean "the store is away", from the store layer or redis-py directly."""
-    return (StoreOutage, *passing_errors())
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep, but wake as soon as `stop` is set."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-
-
-class InboundStream:
     def __init__(
         self,
         store: RedisStore,
@@ -135,8 +104,11 @@ class InboundStream:
         max_len: int = 100_000,
         consumer: str | None = None,
         patience: Patience | None = None,
+        dedup_ttl: float = 24 * 3600,
     ) -> None:
         self.store = store
+        #: How long `record` remembers an item, to recognise a platform's retry of it.
+        self.dedup_ttl = dedup_ttl
         self.redis = store.client
         self.stream = store.key("inbound")
         self.lease = lease
@@ -158,6 +130,9 @@ class InboundStream:
         self._room = asyncio.Event()
         self._publish = self.redis.register_script(_PUBLISH)
 
+    async def open(self) -> None:
+        await self.ensure_group()
+
     async def ensure_group(self) -> None:
         from redis.exceptions import ResponseError
 
@@ -167,8 +142,11 @@ class InboundStream:
             if "BUSYGROUP" not in str(exc):
                 raise
 
+    async def record(self, item: Inbound, *, ordered: bool = True) -> str | None:
+        return await self.publish(item, dedup_key(item), self.dedup_ttl, ordered=ordered)
+
     async def publish(
-        self, item: BotMessage | PlatformEvent, dedup: str | None = None, dedup_ttl: float = 0, *, ordered: bool = True
+        self, item: Inbound, dedup: str | None = None, dedup_ttl: float = 0, *, ordered: bool = True
     ) -> str | None:
         """Append before the platform is acknowledged; returns the entry id, or None when
         `dedup` was seen already (a platform retry). Checking and appending is one atomic
@@ -184,6 +162,18 @@ class InboundStream:
             lambda: self._publish(keys=keys, args=args), passing_errors(), grace=PUBLISH_PATIENCE_S
         )
         return entry or None
+
+    async def pending(self) -> list[tuple[str, Inbound]]:
+        """Nothing: `run`, in whichever worker, takes over what a stopped one left."""
+        return []
+
+    async def done(self, entry: str) -> None:
+        await self.redis.xack(self.stream, GROUP, entry)
+
+    def leader(self, platform: str, make_adapter: Callable[[], Adapter]) -> RedisLeader:
+        """A leader lock that lives as long as a conversation's (`lock_ttl`) after its holder
+        stops renewing it."""
+        return RedisLeader(platform, make_adapter, self.redis, self.store.key(f"leader:{platform}"), self.lock_ttl, self._patience)
 
     async def pending_count(self) -> int:
         info = await self.redis.xpending(self.stream, GROUP)
@@ -408,7 +398,7 @@ class InboundStream:
         seq = int(fields.get("seq") or 0)
         conv = fields.get("conv", "")
         try:
-            item: BotMessage | PlatformEvent | None = decode(fields["item"])
+            item: Inbound | None = decode(fields["item"])
         except (KeyError, ValueError, TypeError):
             log.error("inbound entry %s is malformed; skipped", entry_id)
             item = None
@@ -431,7 +421,7 @@ class InboundStream:
             )
 
     @staticmethod
-    async def _run(handler: Handler, item: BotMessage | PlatformEvent, entry_id: str) -> None:
+    async def _run(handler: Handler, item: Inbound, entry_id: str) -> None:
         try:
             await handler(item)
         except outage_errors():
@@ -502,108 +492,3 @@ class InboundStream:
         if running.cancelled():
             raise LeaseLost(lease.key)
         running.result()
-
-
-class InboundJournal:
-    """The inbound record of one process on its own store: what was received and not yet
-    finished, in arrival order, so a restart answers what a crash cut off."""
-
-    def __init__(self, store: Store, dedup_ttl: float) -> None:
-        self.store = store
-        self.dedup_ttl = dedup_ttl
-
-    async def record(self, item: BotMessage | PlatformEvent) -> str | None:
-        """Write the item before the platform is acknowledged; None when `dedup_key` says it
-        was seen already (a platform retry). The dedup key and the entry land together."""
-        number = await self.store.incr("inbox:seq")
-        entry = f"inbox:item:{number:012d}"
-        key = dedup_key(item)
-        if key is None:
-            await self.store.set(entry, encode(item))
-            return entry
-        if await self.store.commit(key, [Put(entry, encode(item))], ttl=self.dedup_ttl):
-            return entry
-        return None
-
-    async def pending(self) -> list[tuple[str, BotMessage | PlatformEvent]]:
-        """Entries left by an earlier run, oldest first."""
-        found: list[tuple[str, BotMessage | PlatformEvent]] = []
-        for entry in sorted(await self.store.keys("inbox:item:")):
-            raw = await self.store.get(entry)
-            if raw is None:
-                continue
-            try:
-                found.append((entry, decode(raw)))
-            except (KeyError, ValueError, TypeError):
-                log.error("inbound journal entry %s is malformed; dropped", entry)
-                await self.store.delete(entry)
-        return found
-
-    async def done(self, entry: str) -> None:
-        await self.store.delete(entry)
-
-
-class PlatformLeader:
-    """Holds one platform connection for the whole deployment: whoever holds the leader lock
-    receives; when it dies, a standby takes over once the lock expires. A reload that changes
-    the platform's connection settings `renew`s the leader: the connection it holds is given
-    up and the lock taken again, by whichever process gets it first, on the new settings."""
-
-    def __init__(
-        self,
-        platform: str,
-        make_adapter: Callable[[], Any],
-        store: RedisStore,
-        ttl: float,
-        patience: Patience | None = None,
-    ) -> None:
-        self.platform = platform
-        self._make_adapter: Callable[[], Any] | None = make_adapter
-        self._redis = store.client
-        self._key = store.key(f"leader:{platform}")
-        self._ttl = ttl
-        #: The receiving adapter while this process holds the connection (readiness reads it).
-        self.adapter: Any = None
-        self._patience = patience or Patience()
-        self._renewed = asyncio.Event()
-
-    def renew(self, make_adapter: Callable[[], Any] | None) -> None:
-        """Connect with `make_adapter` from now on, or not at all (None: the platform was
-        switched off, and `run` returns)."""
-        self._make_adapter = make_adapter
-        self._renewed.set()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set() and self._make_adapter is not None:
-            self._renewed.clear()
-            lease = Lease(self._redis, self._key, self._ttl, self._patience)
-            asked = self._patience.clock()
-            try:
-                taken = await lease.try_acquire()
-            except passing_errors() as exc:
-                self._patience.failed(exc, began=asked)
-                taken = False
-            if not taken:
-                await _pause(stop, self._ttl / 3)
-                continue
-            adapter = self._make_adapter()
-            try:
-                await adapter.start(inbound=True)
-                self.adapter = adapter
-                log.info("%s: this process now holds the platform connection (%s)", self.platform, adapter.mode or "receiving")
-                waits = {
-                    spawn(stop.wait(), name=f"{self.platform} leader: wait for stop"),
-                    spawn(lease.lost.wait(), name=f"{self.platform} leader: wait for a lost lease"),
-                    spawn(self._renewed.wait(), name=f"{self.platform} leader: wait for new settings"),
-                }
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                for wait in waits:
-                    wait.cancel()
-            except Exception:
-                log.exception("%s: the platform connection failed; retrying", self.platform)
-                await _pause(stop, 1.0)
-            finally:
-                self.adapter = None
-                with contextlib.suppress(Exception):
-                    await adapter.stop()
-                await lease.release()
