@@ -29,7 +29,7 @@ BROAD = frozenset({"Exception", "BaseException"})
 
 # Every broad catch in the package today, marked or not. Lower it when one goes; raising it
 # needs a new boundary, named in its comment.
-MOST_BROAD_CATCHES = 108
+MOST_BROAD_CATCHES = 87
 
 
 @dataclass(frozen=True)
