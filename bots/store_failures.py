@@ -19,7 +19,9 @@ from botweave.store import StoreOutage, StoreUnavailable
 _ALWAYS: tuple[type[Exception], ...] = (StoreOutage, StoreUnavailable, sqlite3.Error, OSError)
 
 
-def store_failures() -> tuple[type[Exception], ...]:
-    """The exception types a store operation can fail with in this process, for `except`."""
+def store_failures(*also: type[Exception]) -> tuple[type[Exception], ...]:
+    """The exception types a store operation can fail with in this process, and `also`, for
+    an `except` clause."""
     redis = sys.modules.get("redis.exceptions")
-    return _ALWAYS if redis is None else (*_ALWAYS, redis.RedisError)
+    found = _ALWAYS if redis is None else (*_ALWAYS, redis.RedisError)
+    return (*found, *also)

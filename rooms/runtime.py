@@ -229,7 +229,7 @@ class Room:
             if not passed:
                 try:
                     await self.post(conversation, speaker, event.content)
-                except (PostFailed, *store_failures()):  # the platform or the store; the room goes on
+                except store_failures(PostFailed):  # the platform or the store; the room goes on
                     log.exception("room %s: posting %s's turn in %s failed", self.name, speaker, conversation)
         return added
 

@@ -16,6 +16,7 @@ from apscheduler.triggers.base import BaseTrigger
 from botweave.cron import Clock, CronScheduler, Job, OnMissed, cron_trigger
 from botweave.rooms.config import RoomConfig
 from botweave.store import Store
+from botweave.store_failures import store_failures
 
 __all__ = ["Fire", "OnMissed", "RoomScheduler", "ScheduleInfo"]
 
@@ -78,7 +79,7 @@ class RoomScheduler(CronScheduler):
         log.info("room %s: kickoff into %s%s", name, target, f" (scheduled {when.isoformat()})" if when else "")
         try:
             await self._fire(name, target, text)
-        except Exception:
+        except store_failures(RuntimeError):  # the hub's own signals (no chat, nothing delivered) and the store's
             log.exception("room %s: kickoff into %s failed", name, target)
 
     async def run_now(self, name: str, target: str | None = None) -> None:

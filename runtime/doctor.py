@@ -136,7 +136,7 @@ async def _gateway(config: Config) -> list[Check]:
         if store is not None:
             try:
                 await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
-            except (asyncio.TimeoutError, *store_failures()):
+            except store_failures(asyncio.TimeoutError):
                 store = None  # the store's own line says why; bot.yaml's tokens are still checked
         return await diagnose_gateway(config.gateway, store, installed_platforms())
     finally:
@@ -159,7 +159,7 @@ async def _running(config: Config | None, path: str | None) -> list[Check]:
     try:
         await asyncio.wait_for(store.connect(), CHECK_TIMEOUT_S)
         processes = await asyncio.wait_for(running(store), CHECK_TIMEOUT_S)
-    except (asyncio.TimeoutError, *store_failures()):  # the store's own check says why
+    except store_failures(asyncio.TimeoutError):  # the store's own check says why
         return []
     finally:
         await store.close()

@@ -29,7 +29,7 @@ BROAD = frozenset({"Exception", "BaseException"})
 
 # Every broad catch in the package today, marked or not. Lower it when one goes; raising it
 # needs a new boundary, named in its comment.
-MOST_BROAD_CATCHES = 108
+MOST_BROAD_CATCHES = 87
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,10 @@ def test_the_broad_catches_do_not_grow():
 
 @pytest.mark.xfail(
     strict=False,
-    reason="the runtime's core modules, bots/store, bots/delivery and the model-call modules, "
-    "adapters/discord and bench are being reworked by other helpers; their broad catches are "
-    "marked or narrowed when those branches are merged",
+    reason="the broad catches in runtime/{durable,handling,intake,model_host,ops,plugins,tracing,"
+    "turn_control}.py, bots/store/, bots/delivery.py, bots/model_calls.py and adapters/discord/ "
+    "sit in files other branches are reworking; they are marked or narrowed once those are merged, "
+    "and then this mark goes",
 )
 def test_every_broad_catch_names_its_boundary():
     unmarked = [c for c in package_catches() if not c.marked]

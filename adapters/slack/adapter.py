@@ -31,7 +31,7 @@ from botweave.tasks import ONE_LINE_FAILURES
 from botweave.types import BotUser, PlatformCapabilities
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -147,7 +147,7 @@ class SlackAdapter(Adapter):
         if self._socket is not None:
             try:
                 await self._socket.close_async()
-            except (*WEB_API_ERRORS, OSError):
+            except (SlackClientError, aiohttp.ClientError, OSError, ValueError):
                 log.exception("slack: closing the Socket Mode connection failed")
             self._socket = None
         if self._runner is not None:
