@@ -95,8 +95,9 @@ class InboundCarrier(ABC):
     async def record(self, item: Received, *, ordered: bool = True) -> str | None:
         """Keep `item` before the platform is acknowledged; its entry, or None when the item was
         recorded already (a platform retry: `dedup_key` says so, checked in the same step).
-        An item not `ordered` (an event, a /stop) runs at once, not after its conversation's
-        earlier messages."""
+        An item not `ordered` (an event, a /stop) need not wait for its conversation's earlier
+        messages: a shared carrier gives it no place in the conversation's order (the journal's
+        process orders what it answers itself)."""
 
     @abstractmethod
     async def pending(self) -> list[tuple[str, Received]]:
@@ -114,7 +115,9 @@ class InboundCarrier(ABC):
 
     async def run(self, handler: Handler, stop: asyncio.Event, drain: Callable[[], float] = lambda: 5.0) -> None:
         """Answer what is recorded, with `handler`, until `stop` is set (then turns already
-        started get `drain()` seconds). Only a shared carrier has anything to read: the others'
+        started get `drain()` seconds). An item is done once `handler` returns or raises (a
+        failing turn is logged, not retried forever), and left for a retry when it met a store
+        outage longer than the grace. Only a shared carrier has anything to read: the others'
         items are answered by the process that recorded them, so this returns at once."""
 
     def leader(self, platform: str, make_adapter: Callable[[], Adapter]) -> PlatformLeader | None:
