@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from botweave.store import PatientStore
+from botweave.store import MemoryStore, PatientStore, StoreOutage
 from botweave.store.carrier import InboundCarrier
 from botweave.types import META_REVISION, PlatformEvent
 
@@ -80,6 +80,30 @@ async def test_each_store_hands_out_its_own_carrier_and_says_what_it_is(store, r
     wrapped = PatientStore(store)  # what the App holds: a wrapper says what its backend says
     assert (wrapped.shared, wrapped.external) == (shared, external)
     assert carrier_of(wrapped).shared is shared
+
+
+class Away(MemoryStore):
+    """A store that is away (every write an outage) until `back` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.back = False
+
+    async def incr(self, key, amount=1, *, ttl=None):
+        if not self.back:
+            raise StoreOutage("Timeout reading from socket")
+        return await super().incr(key, amount, ttl=ttl)
+
+
+async def test_a_journal_behind_the_apps_wrapper_waits_out_an_outage_like_a_turn():
+    inner = Away()
+    journal = PatientStore(inner, grace=10).inbound_carrier(dedup_ttl=60, lease=0.5, lock_ttl=0.5)
+    recording = asyncio.create_task(journal.record(message("hi", message_id="m1")))
+    await asyncio.sleep(0.4)
+    assert not recording.done(), "the platform is not acknowledged while the store is away"
+    inner.back = True
+    assert await asyncio.wait_for(recording, 10) is not None
+    assert [item.message_id for _, item in await carrier_of(inner).pending()] == ["m1"]
 
 
 async def test_an_item_is_recorded_once_however_often_the_platform_retries_it(store):

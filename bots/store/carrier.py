@@ -33,12 +33,13 @@ from botweave.types import BotMessage, PlatformEvent, revision_suffix
 if TYPE_CHECKING:
     from botweave.adapter import Adapter
 
-Inbound = BotMessage | PlatformEvent
+#: What a platform hands over: a message, or an event (a reaction, an edit, a button press, ...).
+Received = BotMessage | PlatformEvent
 #: What a carrier that reads for itself hands each item to: the item's turn.
-Handler = Callable[[Inbound], Awaitable[Any]]
+Handler = Callable[[Received], Awaitable[Any]]
 
 
-def dedup_key(item: Inbound) -> str | None:
+def dedup_key(item: Received) -> str | None:
     """The identity a platform retry repeats: (platform, chat, message or event id); None for
     an event the platform gave no id, which nothing could recognise as repeated anyway."""
     if isinstance(item, BotMessage):
@@ -46,12 +47,12 @@ def dedup_key(item: Inbound) -> str | None:
     return f"dedup:{item.platform}:{item.chat_id}:event:{item.event_id}" if item.event_id else None
 
 
-def encode(item: Inbound) -> str:
+def encode(item: Received) -> str:
     kind = "message" if isinstance(item, BotMessage) else "event"
     return json.dumps({"kind": kind, "data": item.to_dict()}, ensure_ascii=False)
 
 
-def decode(raw: str) -> Inbound:
+def decode(raw: str) -> Received:
     payload = json.loads(raw)
     if payload["kind"] == "message":
         return BotMessage.from_dict(payload["data"])
@@ -91,14 +92,15 @@ class InboundCarrier(ABC):
         """Make ready what recording needs (the stream's consumer group); nothing by default."""
 
     @abstractmethod
-    async def record(self, item: Inbound, *, ordered: bool = True) -> str | None:
+    async def record(self, item: Received, *, ordered: bool = True) -> str | None:
         """Keep `item` before the platform is acknowledged; its entry, or None when the item was
         recorded already (a platform retry: `dedup_key` says so, checked in the same step).
-        An item not `ordered` (an event, a /stop) runs at once, not after its conversation's
-        earlier messages."""
+        An item not `ordered` (an event, a /stop) need not wait for its conversation's earlier
+        messages: a shared carrier gives it no place in the conversation's order (the journal's
+        process orders what it answers itself)."""
 
     @abstractmethod
-    async def pending(self) -> list[tuple[str, Inbound]]:
+    async def pending(self) -> list[tuple[str, Received]]:
         """What an earlier run of this process recorded and did not finish, oldest first, for
         it to answer now; a malformed entry is logged and dropped. A shared carrier has none:
         its `run`, in whichever worker, takes over what a stopped one left."""
@@ -113,7 +115,9 @@ class InboundCarrier(ABC):
 
     async def run(self, handler: Handler, stop: asyncio.Event, drain: Callable[[], float] = lambda: 5.0) -> None:
         """Answer what is recorded, with `handler`, until `stop` is set (then turns already
-        started get `drain()` seconds). Only a shared carrier has anything to read: the others'
+        started get `drain()` seconds). An item is done once `handler` returns or raises (a
+        failing turn is logged, not retried forever), and left for a retry when it met a store
+        outage longer than the grace. Only a shared carrier has anything to read: the others'
         items are answered by the process that recorded them, so this returns at once."""
 
     def leader(self, platform: str, make_adapter: Callable[[], Adapter]) -> PlatformLeader | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from botweave.store.base import Put, Store
-from botweave.store.carrier import Inbound, InboundCarrier, decode, dedup_key, encode
+from botweave.store.carrier import InboundCarrier, Received, decode, dedup_key, encode
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class InboundJournal(InboundCarrier):
         self.store = store
         self.dedup_ttl = dedup_ttl
 
-    async def record(self, item: Inbound, *, ordered: bool = True) -> str | None:
+    async def record(self, item: Received, *, ordered: bool = True) -> str | None:
         """The dedup key and the entry land together, in one `commit`."""
         number = await self.store.incr("inbox:seq")
         entry = f"{ITEMS}{number:012d}"
@@ -36,8 +36,8 @@ class InboundJournal(InboundCarrier):
             return entry
         return None
 
-    async def pending(self) -> list[tuple[str, Inbound]]:
-        found: list[tuple[str, Inbound]] = []
+    async def pending(self) -> list[tuple[str, Received]]:
+        found: list[tuple[str, Received]] = []
         for entry in sorted(await self.store.keys(ITEMS)):
             raw = await self.store.get(entry)
             if raw is None:

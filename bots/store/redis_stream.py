@@ -33,7 +33,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from botweave.conversations import conversation_key
-from botweave.store.carrier import Handler, Inbound, InboundCarrier, decode, dedup_key, encode, outage_errors
+from botweave.store.carrier import Handler, InboundCarrier, Received, decode, dedup_key, encode, outage_errors
 from botweave.store.patient import Patience
 from botweave.store.redis import RedisStore, passing_errors
 from botweave.store.redis_lease import Lease, RedisLeader
@@ -142,11 +142,11 @@ class InboundStream(InboundCarrier):
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def record(self, item: Inbound, *, ordered: bool = True) -> str | None:
+    async def record(self, item: Received, *, ordered: bool = True) -> str | None:
         return await self.publish(item, dedup_key(item), self.dedup_ttl, ordered=ordered)
 
     async def publish(
-        self, item: Inbound, dedup: str | None = None, dedup_ttl: float = 0, *, ordered: bool = True
+        self, item: Received, dedup: str | None = None, dedup_ttl: float = 0, *, ordered: bool = True
     ) -> str | None:
         """Append before the platform is acknowledged; returns the entry id, or None when
         `dedup` was seen already (a platform retry). Checking and appending is one atomic
@@ -163,7 +163,7 @@ class InboundStream(InboundCarrier):
         )
         return entry or None
 
-    async def pending(self) -> list[tuple[str, Inbound]]:
+    async def pending(self) -> list[tuple[str, Received]]:
         """Nothing: `run`, in whichever worker, takes over what a stopped one left."""
         return []
 
@@ -398,7 +398,7 @@ class InboundStream(InboundCarrier):
         seq = int(fields.get("seq") or 0)
         conv = fields.get("conv", "")
         try:
-            item: Inbound | None = decode(fields["item"])
+            item: Received | None = decode(fields["item"])
         except (KeyError, ValueError, TypeError):
             log.error("inbound entry %s is malformed; skipped", entry_id)
             item = None
@@ -421,7 +421,7 @@ class InboundStream(InboundCarrier):
             )
 
     @staticmethod
-    async def _run(handler: Handler, item: Inbound, entry_id: str) -> None:
+    async def _run(handler: Handler, item: Received, entry_id: str) -> None:
         try:
             await handler(item)
         except outage_errors():
