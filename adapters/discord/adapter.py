@@ -5,8 +5,10 @@ channels, threads, forum posts, DMs) and the raw gateway events become `Platform
 (inbound.py); outbound, replies, edits, deletions, reactions and typing go through discord.py's
 REST client, whose own per-route rate limiting and `retry_after` handling we rely on instead of
 adding a second layer that would fight it (outbound.py). Rooms post through channel webhooks
-(webhooks.py). The client is pointed at another server per instance when configured
-(rebase.py). This module holds the configuration, login and the gateway's lifecycle.
+(webhooks.py). The client is discord.py's, subclassed where this adapter reads the gateway
+differently (client.py), and pointed at another server per instance when configured
+(rebase.py); a program's own discord.py client in the same process is left as it ships. This
+module holds the configuration, login and the gateway's lifecycle.
 """
 
 from __future__ import annotations
