@@ -5,6 +5,7 @@ program's bot, one with the program's bot alone)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -46,3 +47,40 @@ def test_discord_py_voice_warnings_are_dropped_for_the_adapter_only():
     voice = [line for line in plain_alone["warnings"] if "voice will NOT be supported" in line]
     assert len(voice) == len(plain_alone["voice warnings due"])  # discord.py warns a plain client
     assert with_adapter["warnings"] == []  # the adapter's client was built first and kept quiet
+
+
+def discord_names(tree: ast.Module) -> set[str]:
+    """The names a module binds to discord.py's modules, classes and functions."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "discord"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "discord":
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def root(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_the_adapter_source_assigns_nothing_into_discord_py():
+    """No statement of the adapter assigns to (or `setattr`s on) anything reached from a
+    discord.py module or class: what it changes, it changes on its own client's objects."""
+    found = []
+    for path in sorted((ROOT / "adapters" / "discord").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        theirs = discord_names(tree)
+        for node in ast.walk(tree):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = [t for t in node.targets if isinstance(t, (ast.Attribute, ast.Subscript))]
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and not isinstance(node.target, ast.Name):
+                targets = [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+                targets = node.args[:1]  # the object whose attribute is set
+            if any(root(target) in theirs for target in targets):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert found == []
