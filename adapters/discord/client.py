@@ -91,7 +91,7 @@ class TolerantGateway(DiscordWebSocket):
         self._frame = data
 
     async def received_message(self, msg: Any, /) -> None:
-        self._frame = None
+        # A decode error of this call comes right after this call's `log_receive`: no reset needed.
         try:
             await super().received_message(msg)
         except json.JSONDecodeError:  # orjson's error is one too; only the frame's decoding raises it
