@@ -12,13 +12,16 @@ discord.py exactly as it ships: nothing of discord.py's modules or classes is as
 * A gateway frame orjson refuses is read anyway. With orjson installed, discord.py decodes
   every frame with it, and orjson refuses JSON that is valid but carries a lone surrogate
   escape (`"\\ud800"`), `NaN`, or a number beyond 64 bits; the error ends the connection for
-  good (the same frame comes back on every resume). The connection state hands each new
-  gateway WebSocket of this client (`_update_references`, called as discord.py creates it,
-  before its first frame) a subclass that keeps orjson for every frame it reads and, only for
-  a frame orjson refused, re-encodes it with the standard decoder's reading (lone surrogates
-  as U+FFFD, as the schemas clean them anyway; non-finite and out-of-range numbers as null)
-  and lets discord.py read that. Ordinary frames cost what they cost discord.py: one
-  attribute store per frame. REST answers are decoded as discord.py ships.
+  good (the same frame comes back on every resume). discord.py builds the gateway WebSocket
+  by its class name, so the connection state re-classes each new one of this client (in
+  `_update_references`, which discord.py calls as it creates it, before its first frame;
+  rebase.py does the same to the client's HTTPClient) to a subclass that keeps orjson for
+  every frame and, only for a frame orjson refused, re-encodes it with the standard decoder's
+  reading (lone surrogates as U+FFFD, as the schemas clean them anyway; non-finite and
+  out-of-range numbers as null) and lets discord.py read that; a frame that is not JSON at all
+  is logged and skipped. An ordinary frame costs one call layer and one attribute
+  store more than in discord.py (well under a microsecond; the Discord race in bench/race.py
+  shows no difference). REST answers are decoded as discord.py ships.
 * discord.py warns once per process, in `Client.__init__`, that voice needs PyNaCl and davey;
   botweave never joins voice, so those two lines are dropped by a filter on discord.py's
   client logger that is in place only while this client is being constructed. discord.py's
