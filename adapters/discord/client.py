@@ -144,7 +144,7 @@ def _guarded(event: str, parser: Callable[[Any], None]) -> Callable[[Any], None]
                 log.warning("discord: %s: ignored malformed field(s) %s", event, ", ".join(dropped[:8]))
         try:
             parser(data)
-        except Exception as exc:  # noqa: BLE001 - the boundary of one dispatch: any payload is skipped, not fatal
+        except Exception as exc:  # boundary: inbound, the gateway's receive loop; one dispatch is skipped, not the connection
             log.warning("discord: skipped a malformed %s dispatch (%s)", event, failure_line(exc))
 
     return run
