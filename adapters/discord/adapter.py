@@ -5,8 +5,10 @@ channels, threads, forum posts, DMs) and the raw gateway events become `Platform
 (inbound.py); outbound, replies, edits, deletions, reactions and typing go through discord.py's
 REST client, whose own per-route rate limiting and `retry_after` handling we rely on instead of
 adding a second layer that would fight it (outbound.py). Rooms post through channel webhooks
-(webhooks.py). The client is pointed at another server per instance when configured
-(rebase.py). This module holds the configuration, login and the gateway's lifecycle.
+(webhooks.py). The client is discord.py's, subclassed where this adapter reads the gateway
+differently (client.py), and pointed at another server per instance when configured
+(rebase.py); a program's own discord.py client in the same process is left as it ships. This
+module holds the configuration, login and the gateway's lifecycle.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from botweave.tasks import TaskOwner
 from botweave.types import BotUser, PlatformCapabilities
 
 from ..cache import BoundedCache
+from .client import AdapterClient
 from .inbound import ALL_KINDS, MEMBER_KINDS, DiscordInbound, build_intents
 from .outbound import ALLOWED_MENTIONS, EDIT_FLOOR_MS, MAX_MESSAGE_LENGTH, DiscordOutbound
 from .rebase import RebasedHTTPClient, rebase
@@ -82,12 +85,8 @@ class DiscordAdapter(Adapter):
         member_events = bool(getattr(config, "member_events", False))
         # Member join/leave arrive only with the privileged members intent.
         self.emits = ALL_KINDS if member_events else ALL_KINDS - MEMBER_KINDS
-        # discord.py warns once per process that voice needs PyNaCl/davey; botweave never uses
-        # voice, so consume those one-shot flags instead of printing two alarming lines.
-        discord.VoiceClient.warn_nacl = False
-        discord.VoiceClient.warn_dave = False
         api_base = getattr(config, "api_base_url", None)
-        self.client = discord.Client(
+        self.client = AdapterClient(
             intents=build_intents(member_events),
             allowed_mentions=ALLOWED_MENTIONS,
             chunk_guilds_at_startup=False,
@@ -239,10 +238,10 @@ class DiscordAdapter(Adapter):
         if not self.client.is_closed():
             await self.client.close()
         task, self._connect_task = self._connect_task, None
-        if task is not None:
-            try:
-                await asyncio.wait_for(task, timeout=10)
-            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - already reported
-                pass
-        await self.webhooks.close()
-        await self._tasks.close()
+        try:
+            if task is not None:
+                # Waited for, not awaited: its failure was reported once, by its owner.
+                await asyncio.wait({task}, timeout=10)
+        finally:
+            await self.webhooks.close()
+            await self._tasks.close()  # a gateway still running after 10 s is cancelled here

@@ -4,13 +4,13 @@ Guild channels, threads, forum posts and DMs become `BotMessage`s; reactions, ed
 member joins/leaves, new threads and button presses (interactions) become `PlatformEvent`s. Our own messages (the bot user's,
 and those of our application's webhooks, see `webhooks.py`) are dropped. `DiscordInbound`'s
 `on_*` methods are the client's event handlers, registered with `Client.event`; a malformed
-gateway payload costs that one event, never the connection.
+gateway payload costs that one event, never the connection: the client parses each dispatch
+behind its schema (client.py), and `on_error` is the one place a handler's failure is caught.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import sys
@@ -19,7 +19,6 @@ from typing import Any
 import discord
 from botweave.adapter import Adapter
 from botweave.mime import clean_mime
-from botweave.payload import Dropped, sanitise
 from botweave.tasks import failure_line
 from botweave.types import (
     EVENT_KINDS,
@@ -36,7 +35,6 @@ from botweave.types import (
 )
 
 from ..cache import BoundedCache
-from .schema import DISPATCHES
 from .webhooks import DiscordWebhooks
 
 log = logging.getLogger(__name__)
@@ -76,62 +74,6 @@ def build_intents(member_events: bool) -> discord.Intents:
     return intents
 
 
-def _tolerate_any_json() -> None:
-    """Keep a gateway frame that orjson refuses from ending the connection.
-
-    With orjson installed, discord.py decodes every gateway frame with it, and orjson refuses
-    JSON that is valid but carries a lone surrogate escape (`"\\ud800"`); the error escapes
-    `Client.connect`, so the bot would lose the gateway for good over one odd character (and
-    meet the same frame again on every resume). The standard decoder reads such a frame; its
-    strings are then cleaned like every other (`schema`). Installed once, for the process.
-    """
-    fast = discord.utils._from_json
-    if getattr(fast, "botweave_tolerant", False):
-        return
-
-    def from_json(text: Any) -> Any:
-        try:
-            return fast(text)
-        except ValueError:
-            return json.loads(text)
-
-    from_json.botweave_tolerant = True  # type: ignore[attr-defined]
-    discord.utils._from_json = from_json
-
-
-def _guard_parsers(state: Any) -> None:
-    """Make a malformed gateway dispatch cost one event, not the connection.
-
-    A dispatch the adapter handles is sanitised before discord.py parses it (`schema`):
-    wrong-typed fields are absent, strings safe for the model call. discord.py lets a parser
-    exception (say a MESSAGE_CREATE without `author`) escape its receive loop, which ends
-    `Client.connect`; so each parser of this client's connection state is wrapped to log and
-    skip such a payload instead, in one line.
-    """
-
-    def guarded(event: str, parser: Any) -> Any:
-        schema = DISPATCHES.get(event)
-
-        def run(data: Any) -> None:
-            if schema is not None:
-                dropped = Dropped()
-                data = sanitise(data, schema, dropped)
-                if data is None:
-                    log.warning("discord: skipped a malformed %s dispatch (no usable id, channel or author)", event)
-                    return
-                if dropped:
-                    log.warning("discord: %s: ignored malformed field(s) %s", event, ", ".join(dropped[:8]))
-            try:
-                parser(data)
-            except Exception as exc:  # noqa: BLE001 - any malformed payload must be skipped
-                log.warning("discord: skipped a malformed %s dispatch (%s)", event, failure_line(exc))
-
-        return run
-
-    for event, parser in list(state.parsers.items()):
-        state.parsers[event] = guarded(event, parser)
-
-
 class DiscordInbound:
     def __init__(
         self,
@@ -148,8 +90,6 @@ class DiscordInbound:
         self._message_channels = message_channels  # message id -> the channel/thread it lives in
         self._own_deletes = own_deletes  # deletions we made ourselves
         self._quotes: BoundedCache[int, QuotedRef | None] = BoundedCache(512)  # referenced message -> quote
-        _tolerate_any_json()
-        _guard_parsers(client._connection)
         for name in _HANDLERS:
             client.event(getattr(self, name))
 
@@ -161,16 +101,17 @@ class DiscordInbound:
     # --- discord.py's events (registered by name, as `Client.event` does) ----------------------
 
     async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
-        """A handler that failed on an odd payload costs that event only; say so in one line."""
+        """The boundary of every handler below: discord.py runs each event's handler in a task
+        of its own and calls this with any exception it raised, so an odd payload costs that
+        event only. Say so in one line."""
         error = sys.exc_info()[1]
-        log.warning("discord: %s skipped an unexpected payload (%s: %s)", event_method, type(error).__name__, error)
+        if error is None:
+            log.warning("discord: %s skipped an unexpected payload", event_method)
+            return
+        log.warning("discord: %s skipped an unexpected payload (%s)", event_method, failure_line(error))
 
     async def on_message(self, message: discord.Message) -> None:
-        try:
-            item = await self.normalize(message)
-        except Exception as exc:  # noqa: BLE001 - the last net: one message costs itself only
-            log.warning("discord: skipped malformed message %s (%s)", message.id, failure_line(exc))
-            return
+        item = await self.normalize(message)
         if item is not None:
             await self._adapter.dispatch(item)
 

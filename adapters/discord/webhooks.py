@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import discord
 from botweave.adapter import Adapter
 from botweave.tasks import TaskOwner
@@ -96,7 +97,9 @@ class DiscordWebhooks:
         except (discord.Forbidden, discord.NotFound):
             self._owner.put(webhook_id, False)
             return False
-        except Exception as exc:  # noqa: BLE001 - network trouble or an odd answer: not cached, asked again
+        except (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as exc:
+            # Discord's other refusals (5xx after discord.py's retries), the network, or a JSON
+            # body discord.py could not decode: not cached, asked again by a later message.
             log.info("discord: could not look up webhook %s (%s); treating it as foreign", webhook_id, exc)
             return False
         ours = self._owns(data)

@@ -545,3 +545,34 @@ async def test_send_only_start_makes_no_gateway_connection(emulator: DiscordEmul
     [posted] = emulator.bot_messages(THREAD_ID)
     assert posted["content"] == "from a worker"
     assert emulator.calls("POST", rf"/channels/{THREAD_ID}/typing")
+
+
+async def test_gateway_frames_orjson_refuses_are_read_and_one_that_is_not_json_is_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """NaN and a lone surrogate escape are valid to Python's JSON reader but refused by orjson
+    (which discord.py decodes with when installed): the adapter's client reads them anyway; a
+    frame cut short costs itself, with one line, and the connection stays."""
+    import json
+
+    from tests.adapters.platforms import discord_into_a_list
+
+    emu, adapter, received = await discord_into_a_list()
+    try:
+        def frame(data: dict[str, Any]) -> str:
+            return json.dumps({"op": 0, "t": "MESSAGE_CREATE", "s": None, "d": data})
+
+        odd = emu.message("odd numbers", channel_id=DM_CHANNEL_ID, store=False)
+        await emu.send_raw(frame(dict(odd, flags=float("nan"), position=float("inf"))))
+        await emu.send_raw(frame(emu.message("lone \udc00 surrogate", channel_id=DM_CHANNEL_ID, store=False))[:-1])
+        await emu.send_raw(frame(emu.message("lone \udc00 surrogate", channel_id=DM_CHANNEL_ID, store=False)))
+        await emu.dispatch("MESSAGE_CREATE", emu.message("after", channel_id=DM_CHANNEL_ID, store=False))
+        await eventually(lambda: any(isinstance(i, BotMessage) and i.text == "after" for i in received))
+        assert [i.text for i in received if isinstance(i, BotMessage)] == ["odd numbers", "lone \ufffd surrogate", "after"]
+        skipped = [r.getMessage() for r in caplog.records if "not JSON" in r.getMessage()]
+        assert len(skipped) == 1 and skipped[0].startswith("discord: skipped a gateway frame that is not JSON")
+        assert emu.connected and len(emu.calls("GET", "/users/@me")) == 1
+        assert not [r for r in caplog.records if r.exc_info]
+    finally:
+        await adapter.stop()
+        await emu.stop()
