@@ -176,6 +176,8 @@ class Settings:
     botweave: list[str]
     logs: Path
     profile: bool = False
+    #: py-spy samples only the thread holding the interpreter lock (`--profile-gil`).
+    profile_gil: bool = False
     trace: bool = False
     store: str = "memory"
     model_processes: int = 1
@@ -482,13 +484,16 @@ class Profiler:
     CPU goes, not for the ratios.
     """
 
-    def __init__(self, pid: int, output: Path) -> None:
+    def __init__(self, pid: int, output: Path, *, gil: bool = False) -> None:
         self.output = output
         binary = shutil.which("py-spy")
         if binary is None:
             sys.exit("--profile needs py-spy (pip install py-spy)")
+        # with `gil`, a thread waiting on a queue (the store's, an executor's) is never sampled:
+        # py-spy counts such threads as busy otherwise
+        how = ["--gil", "--rate", "250"] if gil else ["--rate", "100"]
         self.proc = subprocess.Popen(
-            [binary, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+            [binary, "record", "--pid", str(pid), *how, "--format", "raw",
              "--full-filenames", "--subprocesses", "--output", str(output)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -660,7 +665,7 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
     if settings.profile:
         assert contestant.proc is not None
         output = settings.logs / f"profile-{world.name}-{case}-{contestant.kind}-run{run}.txt"
-        profiler = Profiler(contestant.proc.pid, output)
+        profiler = Profiler(contestant.proc.pid, output, gil=settings.profile_gil)
         await asyncio.sleep(0.5)  # py-spy attaches
     await model.arrivals()  # forget the warm-up's
     calls0 = world.call_count()
@@ -1106,7 +1111,8 @@ async def main(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         botweave=botweave_command(args.botweave),
         logs=logs,
-        profile=args.profile,
+        profile=args.profile or args.profile_gil,
+        profile_gil=args.profile_gil,
         trace=args.trace,
         store=args.store,
         model_processes=args.model_processes,
@@ -1142,7 +1148,7 @@ async def main(args: argparse.Namespace) -> int:
         print_verdict(verdict)
     print_table(verdicts, results)
     print(f"load average at the end: {load_average()} (other work on the machine shows in wall times, less in CPU)")
-    if not args.keep_logs and not args.profile and not failed:
+    if not args.keep_logs and not settings.profile and not failed:
         shutil.rmtree(logs, ignore_errors=True)
     return 130 if interrupted else 1 if failed else 0
 
@@ -1208,6 +1214,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--defaults", action="store_true",
         help="botweave as a new user runs it: no store or models section (the same as --store default "
         "--model-processes -1)",
+    )
+    parser.add_argument(
+        "--profile-gil", action="store_true",
+        help="--profile sampling only the thread that holds the interpreter lock, 250 times a second: where "
+        "the Python CPU goes, without threads that wait on a queue counted as busy",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the contestants' logs and configs")
     parser.add_argument(
