@@ -27,6 +27,19 @@ The measures (`--case`), each over `--chats` private chats:
   botweave keeping per-chat order.
 * ceiling: a raw-aiohttp probe with no SDK and no litellm through the same harness (below).
 
+The litellm path, Telegram: every contestant's model is a litellm custom provider in its own
+process (`bench/race_provider.py`, registered through litellm's public `custom_provider_map`,
+the way an Anthropic, Gemini, Ollama or offline agent's calls go through litellm in the bot's
+process), whatever `--model` says for the other cases; botweave makes these calls in its own
+process (a provider registered in Python is not seen by a model process):
+
+* litellm-serial: one chat sending `--serial-messages` (1,000) in a row, zero latency; CPU per
+  answered message, botweave / PTB (sequential). Target: at most 1.
+* litellm-cpu: the cpu case on this path, `--chats` × `--messages`, botweave / PTB
+  (sequential). Target: at most 0.7.
+* litellm-throughput: the throughput case on this path (each chat warmed up with one
+  exchange first, as in every case), botweave / aiogram 3. Target: at least 1.
+
 Who runs where, and why:
 
 * the bot under test is alone in its process; its CPU (utime + stime from /proc, its
@@ -51,8 +64,10 @@ API server, and the hand-written bots do not pace at all. botweave keeps its sta
 names no store (a fresh file per started bot); either way every reply chunk goes through the
 durable outbox (an intent before the send, a confirmation after it).
 
-    python3 bench/race.py [--platform telegram|discord|slack|all] [--case cpu|latency|streaming|throughput|ceiling|all]
-                          [--chats 200] [--messages 5] [--repeat N] [--store memory|sqlite|default] [--quick]
+    python3 bench/race.py [--platform telegram|discord|slack|all]
+                          [--case cpu|latency|streaming|throughput|ceiling|litellm-serial|litellm-cpu|litellm-throughput|litellm|all]
+                          [--chats 200] [--messages 5] [--serial-messages 1000] [--repeat N]
+                          [--store memory|sqlite|default] [--quick]
                           [--profile] [--trace] [--model-processes N] [--defaults] [--model http|in-process]
 
 `--defaults` runs botweave as a new user does: no `store:` and no `models:` section (the
@@ -110,7 +125,11 @@ from bench.race_world import (  # noqa: E402
 )
 
 PLATFORMS = ("telegram", "discord", "slack")
-CASES = ("cpu", "latency", "streaming", "throughput", "ceiling")
+CASES = ("cpu", "latency", "streaming", "throughput", "ceiling", "litellm-serial", "litellm-cpu", "litellm-throughput")
+#: The cases whose contestants all call a litellm custom provider in their own process.
+LITELLM_CASES = ("litellm-serial", "litellm-cpu", "litellm-throughput")
+#: Contestant kinds run with that provider (the reference bots' `--in-process-model`).
+LITELLM_SUFFIX = "_litellm"
 SYSTEM_PROMPT = "You are a concise, friendly assistant."  # the same as the hand-written bots'
 MODEL = "openai/bench-model"
 SETTLE_S = 0.25  # quiet time before and after a measured burst
@@ -120,7 +139,11 @@ FLOOR_TOLERANCE_S = 0.01  # timestamps are taken at the emulator, after a loopba
 
 #: Which hand-written bot each measure is compared with.
 REFERENCES: dict[str, dict[str, str]] = {
-    "telegram": {"cpu": "ptb_sequential", "latency": "ptb_concurrent", "throughput": "aiogram", "ceiling": "probe"},
+    "telegram": {
+        "cpu": "ptb_sequential", "latency": "ptb_concurrent", "throughput": "aiogram", "ceiling": "probe",
+        "litellm-serial": "ptb_sequential_litellm", "litellm-cpu": "ptb_sequential_litellm",
+        "litellm-throughput": "aiogram_litellm",
+    },
     "discord": {"cpu": "discordpy", "latency": "discordpy"},
     "slack": {"cpu": "bolt", "latency": "bolt"},
 }
@@ -133,7 +156,12 @@ LABELS = {
     "discordpy": "discord.py",
     "bolt": "slack-bolt AsyncApp",
     "probe": "raw aiohttp probe",
+    "botweave_litellm": "botweave → litellm",
+    "ptb_sequential_litellm": "PTB (sequential) → litellm",
+    "aiogram_litellm": "aiogram 3 → litellm",
 }
+#: The most CPU per message (botweave / reference) each CPU case allows.
+CPU_TARGETS = {"cpu": 1.0, "litellm-serial": 1.0, "litellm-cpu": 0.7}
 
 
 @dataclass
@@ -148,12 +176,16 @@ class Settings:
     botweave: list[str]
     logs: Path
     profile: bool = False
+    #: py-spy samples only the thread holding the interpreter lock (`--profile-gil`).
+    profile_gil: bool = False
     trace: bool = False
     store: str = "memory"
     model_processes: int = 1
     model: str = "http"
     delay_file: Path | None = None
     client: str | None = None
+    #: Messages the one chat of the litellm-serial case sends in a row.
+    serial_messages: int = 1000
     #: Sections laid over botweave's generated bot.yaml (bench/overhead.py: a feature switched on).
     overlay: dict[str, object] | None = None
 
@@ -377,11 +409,18 @@ def store_url(store: str, path: Path) -> str:
     return "memory://" if store == "memory" else f"sqlite:///{path.with_suffix('.db')}"
 
 
-def contestant_env(base: dict[str, str], settings: Settings) -> dict[str, str]:
-    """With the in-process model, every contestant finds `race_provider` on its path and the
+def in_process_model(kind: str, settings: Settings) -> bool:
+    """Whether this contestant's model is the litellm custom provider in its own process: on
+    the litellm path's cases, or for every contestant with `--model in-process`."""
+    return kind.endswith(LITELLM_SUFFIX) or settings.model == "in-process"
+
+
+def contestant_env(base: dict[str, str], settings: Settings, in_process: bool) -> dict[str, str]:
+    """With the in-process model, the contestant finds `race_provider` on its path and the
     file its latency is read from."""
-    if settings.model != "in-process":
+    if not in_process:
         return base
+    assert settings.delay_file is not None, "the in-process model reads its latency from the delay file"
     env = dict(base)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH")]))
     env[DELAY_FILE_ENV] = str(settings.delay_file)
@@ -389,9 +428,10 @@ def contestant_env(base: dict[str, str], settings: Settings) -> dict[str, str]:
 
 
 def write_botweave_config(
-    path: Path, world: World, model_url: str, streaming: bool, settings: Settings
+    path: Path, world: World, model_url: str, streaming: bool, settings: Settings, in_process: bool | None = None
 ) -> Path:
-    in_process = settings.model == "in-process"
+    if in_process is None:
+        in_process = settings.model == "in-process"
     config: dict[str, object] = {
         "bot": {"unknown_user_policy": "allow", "streaming": streaming},
         "agents": {
@@ -409,7 +449,8 @@ def write_botweave_config(
         config["store"] = {"url": store_url(settings.store, path)}
     models: dict[str, object] = {}
     if settings.model_processes >= 0:
-        models["processes"] = settings.model_processes
+        # the provider is registered in this process only: a model process would not know it
+        models["processes"] = 0 if in_process else settings.model_processes
     if settings.client is not None:
         models["client"] = settings.client
     if models:
@@ -443,13 +484,16 @@ class Profiler:
     CPU goes, not for the ratios.
     """
 
-    def __init__(self, pid: int, output: Path) -> None:
+    def __init__(self, pid: int, output: Path, *, gil: bool = False) -> None:
         self.output = output
         binary = shutil.which("py-spy")
         if binary is None:
             sys.exit("--profile needs py-spy (pip install py-spy)")
+        # with `gil`, a thread waiting on a queue (the store's, an executor's) is never sampled:
+        # py-spy counts such threads as busy otherwise
+        how = ["--gil", "--rate", "250"] if gil else ["--rate", "100"]
         self.proc = subprocess.Popen(
-            [binary, "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+            [binary, "record", "--pid", str(pid), *how, "--format", "raw",
              "--full-filenames", "--subprocesses", "--output", str(output)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -598,8 +642,11 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
     run = contestant.next_run
     contestant.next_run += 1
     latency = settings.latency if case in ("latency", "streaming") else 0.0
-    per_chat = settings.throughput_messages if case in ("throughput", "ceiling") else settings.messages
-    chats = world.chats(run, settings.chats)
+    if case in ("throughput", "ceiling", "litellm-throughput"):
+        per_chat = settings.throughput_messages
+    else:
+        per_chat = settings.serial_messages if case == "litellm-serial" else settings.messages
+    chats = world.chats(run, 1 if case == "litellm-serial" else settings.chats)
 
     await model.configure(0.0)
     warm = Tracker(run, len(chats), range(0, 1))
@@ -618,7 +665,7 @@ async def measure(contestant: Contestant, case: str, rep: int, model: ModelServe
     if settings.profile:
         assert contestant.proc is not None
         output = settings.logs / f"profile-{world.name}-{case}-{contestant.kind}-run{run}.txt"
-        profiler = Profiler(contestant.proc.pid, output)
+        profiler = Profiler(contestant.proc.pid, output, gil=settings.profile_gil)
         await asyncio.sleep(0.5)  # py-spy attaches
     await model.arrivals()  # forget the warm-up's
     calls0 = world.call_count()
@@ -750,6 +797,9 @@ def contestants_for(platform: str, cases: Sequence[str]) -> list[str]:
 def case_contestants(platform: str, case: str) -> list[str]:
     if case == "streaming":
         return ["botweave_streaming"]
+    if case in LITELLM_CASES:
+        reference = REFERENCES[platform].get(case)
+        return ["botweave" + LITELLM_SUFFIX, reference] if reference else []
     if case == "ceiling":
         return ["probe"] if platform == "telegram" else []
     reference = REFERENCES[platform].get(case)
@@ -766,20 +816,21 @@ async def spawn(platform: str, kind: str, settings: Settings, model: ModelServer
     world = make_world(platform, settings)
     await world.start()
     log = settings.logs / f"{platform}-{kind}.log"
+    in_process = in_process_model(kind, settings) and kind != "probe"
     if kind.startswith("botweave"):
         config = write_botweave_config(
             settings.logs / f"{platform}-{kind}-{next(_configs)}.yaml", world, model.base_url,
-            kind == "botweave_streaming", settings,
+            kind == "botweave_streaming", settings, in_process,
         )
         contestant = Contestant(kind, world, [*settings.botweave, "run", str(config)], log)
-        contestant.spawn(contestant_env(botweave_env(), settings), settings.logs)
+        contestant.spawn(contestant_env(botweave_env(), settings, in_process), settings.logs)
     else:
-        script, *args = world.reference_args(kind)
+        script, *args = world.reference_args(kind.removesuffix(LITELLM_SUFFIX))
         argv = [sys.executable, str(BENCH / script), *args, "--model-base", model.base_url]
-        if settings.model == "in-process" and kind != "probe":
+        if in_process:
             argv += ["--model", IN_PROCESS_MODEL, "--in-process-model"]
         contestant = Contestant(kind, world, argv, log)
-        contestant.spawn(contestant_env(process_env(), settings), BENCH)
+        contestant.spawn(contestant_env(process_env(), settings, in_process), BENCH)
     return contestant
 
 
@@ -942,13 +993,16 @@ def judge(platform: str, case: str, results: list[Result]) -> Verdict | None:
     ref_kind = next((k for k in kinds if not k.startswith("botweave")), None)
     theirs = [r for r in results if r.platform == platform and r.case == case and r.kind == ref_kind]
     ref_label = LABELS[ref_kind] if ref_kind else "—"
-    if case == "cpu" and paired(mine, theirs):
+    if case in CPU_TARGETS and paired(mine, theirs):
         ratios = [a.cpu_ms / b.cpu_ms for a, b in paired(mine, theirs)]
+        target = CPU_TARGETS[case]
+        where = "" if case == "cpu" else f" → litellm, {mine[0].chats} × {mine[0].per_chat}"
         return Verdict(
-            platform, "CPU/msg, zero latency",
+            platform, f"CPU/msg, zero latency{where}",
             spread([r.cpu_ms for r in mine]) + " ms",
             f"{ref_label} {spread([r.cpu_ms for r in theirs])} ms",
-            spread(ratios), "≤ 1.00", statistics.median(ratios) <= 1.0 and not any(r.missing for r in mine),
+            spread(ratios), f"≤ {target:.2f}",
+            statistics.median(ratios) <= target and not any(r.missing for r in mine),
         )
     if case == "latency" and mine:
         ok = statistics.median([r.wall_ratio for r in mine]) <= 1.25 and all(
@@ -978,11 +1032,12 @@ def judge(platform: str, case: str, results: list[Result]) -> Verdict | None:
             "—", spread([r.wall_ratio for r in mine]) + f"× {mine[0].ideal:.2f} s",
             "≤ 1.25×, no edit under the floor", ok,
         )
-    if case == "throughput" and paired(mine, theirs):
+    if case in ("throughput", "litellm-throughput") and paired(mine, theirs):
         ratios = [a.rate / b.rate for a, b in paired(mine, theirs)]
         ok = statistics.median(ratios) >= 1.0 and all(r.violations == 0 and r.missing == 0 for r in mine)
+        where = " → litellm" if case == "litellm-throughput" else ""
         return Verdict(
-            platform, f"throughput, K={mine[0].per_chat}",
+            platform, f"throughput{where}, K={mine[0].per_chat}",
             f"{spread([r.rate for r in mine], '{:.0f}')} msg/s, "
             f"{spread([float(r.violations + r.missing) for r in mine], '{:.0f}')} viol.",
             f"{ref_label} {spread([r.rate for r in theirs], '{:.0f}')} msg/s",
@@ -1039,9 +1094,12 @@ async def main(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # bots hanging up mid-poll at the end
     logging.getLogger("aiohttp.access").setLevel(logging.CRITICAL)
     platforms = list(PLATFORMS) if args.platform == "all" else [args.platform]
-    cases = [c for c in CASES if c != "ceiling"] if args.case == "all" else [args.case]
-    if args.case == "all" and "telegram" in platforms:
-        cases.append("ceiling")
+    if args.case == "all":
+        cases = [c for c in CASES if c != "ceiling"]
+        if "telegram" in platforms:
+            cases.append("ceiling")
+    else:
+        cases = list(LITELLM_CASES) if args.case == "litellm" else [args.case]
     logs = Path(tempfile.mkdtemp(prefix="botweave-race-"))
     settings = Settings(
         chats=args.chats,
@@ -1053,17 +1111,20 @@ async def main(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         botweave=botweave_command(args.botweave),
         logs=logs,
-        profile=args.profile,
+        profile=args.profile or args.profile_gil,
+        profile_gil=args.profile_gil,
         trace=args.trace,
         store=args.store,
         model_processes=args.model_processes,
         model=args.model,
-        delay_file=logs / "model-delay" if args.model == "in-process" else None,
+        delay_file=logs / "model-delay",
         client=args.client,
+        serial_messages=args.serial_messages,
     )
     processes = "default" if settings.model_processes < 0 else settings.model_processes
     print(
-        f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}), "
+        f"race: {settings.chats} chats × {settings.messages} messages (throughput: × {settings.throughput_messages}; "
+        f"litellm-serial: 1 × {settings.serial_messages}), "
         f"model latency {settings.latency:g} s, {settings.repeat} run(s) each, {os.cpu_count()} cores, "
         f"botweave store {settings.store}, model processes {processes}, model {settings.model}, "
         f"models.client {settings.client or 'unset'}; "
@@ -1087,7 +1148,7 @@ async def main(args: argparse.Namespace) -> int:
         print_verdict(verdict)
     print_table(verdicts, results)
     print(f"load average at the end: {load_average()} (other work on the machine shows in wall times, less in CPU)")
-    if not args.keep_logs and not args.profile and not failed:
+    if not args.keep_logs and not settings.profile and not failed:
         shutil.rmtree(logs, ignore_errors=True)
     return 130 if interrupted else 1 if failed else 0
 
@@ -1095,10 +1156,17 @@ async def main(args: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--platform", choices=(*PLATFORMS, "all"), default="all")
-    parser.add_argument("--case", choices=(*CASES, "all"), default="all")
+    parser.add_argument(
+        "--case", choices=(*CASES, "litellm", "all"), default="all",
+        help="one measure, `litellm` for the three litellm-path cases, or all of them",
+    )
     parser.add_argument("--chats", type=int, default=200)
     parser.add_argument("--messages", type=int, default=5, help="messages per chat (cpu, latency, streaming)")
     parser.add_argument("--throughput-messages", type=int, default=8, help="messages per chat (throughput)")
+    parser.add_argument(
+        "--serial-messages", type=int, default=1000,
+        help="messages the one chat of litellm-serial sends in a row (fewer for a shorter run)",
+    )
     parser.add_argument("--latency", type=float, default=0.5, help="model latency in seconds (latency, streaming)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measure")
     parser.add_argument(
@@ -1107,7 +1175,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "request → reply beyond the latency",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="20 chats × 2 messages, one run, --reuse: a smoke test in under a minute"
+        "--quick", action="store_true", help="20 chats × 2 messages (litellm-serial: 1 × 50), one run, --reuse: a smoke test in under a minute"
     )
     parser.add_argument(
         "--reuse", action="store_true",
@@ -1147,6 +1215,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="botweave as a new user runs it: no store or models section (the same as --store default "
         "--model-processes -1)",
     )
+    parser.add_argument(
+        "--profile-gil", action="store_true",
+        help="--profile sampling only the thread that holds the interpreter lock, 250 times a second: where "
+        "the Python CPU goes, without threads that wait on a queue counted as busy",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the contestants' logs and configs")
     parser.add_argument(
         "--profile", action="store_true",
@@ -1156,6 +1229,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.chats, args.messages, args.throughput_messages, args.repeat, args.reuse = 20, 2, 3, 1, True
+        args.serial_messages = 50
     if args.defaults:
         args.store, args.model_processes = "default", -1
     if args.model == "in-process" and args.model_processes > 0:

@@ -16,7 +16,8 @@ from botweave.config import AgentConfig
 from botweave.context import ROUND_FLOOR, estimate_message, fit_round
 from botweave.metrics import model_call
 from botweave.mime import UNKNOWN, base_mime
-from botweave.model_calls import CallPart, LitellmCalls, ModelCalls, ModelOutput
+from botweave.model_calls import CallPart, ModelCalls, ModelOutput
+from botweave.model_clients import ModelClients
 from botweave.model_guard import AgentError as AgentError
 from botweave.model_guard import ModelGuard, ModelSession, Route, who_of
 from botweave.store import Append, Operation, Remove, Store
@@ -297,14 +298,14 @@ class Agent:
     round's text as it comes, so the final answer streams after the tool rounds; words a model
     says before calling a tool stay (a streamed word cannot be taken back), separated from what
     follows by a blank line. A whole (not streamed) answer is the last round's words only.
-    `calls` is where the requests go: litellm in this process unless the runtime gives it
-    other clients (botweave.model_clients) or helper processes.
+    `calls` is where the requests go: litellm in this process (the offline model answered
+    here) unless the runtime gives it other clients or helper processes.
     """
 
     name: str
     config: AgentConfig
     tools: dict[str, Tool] = field(default_factory=dict)
-    calls: ModelCalls = field(default_factory=LitellmCalls)
+    calls: ModelCalls = field(default_factory=lambda: ModelClients("litellm"))
     _tools_json: tuple[tuple[int, ...], str] | None = field(default=None, init=False, repr=False)
     #: Fallbacks, cool-downs and budgets, shared by the App's agents; one of its own otherwise.
     guard: ModelGuard | None = None

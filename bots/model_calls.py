@@ -88,13 +88,10 @@ class ModelCalls(Protocol):
 
 @cache
 def litellm_module() -> Any:
-    """Import litellm once, offline-safe (its model map read from the package, not fetched),
-    with the offline model registered as a custom provider (litellm's own seam for one)."""
+    """Import litellm once, offline-safe (its model map read from the package, not fetched)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
-    from botweave.offline_model import register
 
-    register(litellm)
     return litellm
 
 

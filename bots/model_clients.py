@@ -8,6 +8,9 @@
 * `direct`: every call through botweave's own client; an agent whose model is not an
   `openai/` one is a configuration error (`ensure_direct`).
 
+With `auto` or `litellm`, the offline echo model (`offline/...`) answers here, with no
+client at all (`offline_model.OfflineCalls`): there is nothing to reach.
+
 The reason is CPU: for an OpenAI-format model litellm's translation layers cost several times
 what the HTTP call itself does (docs/performance.md has the figures).
 """
@@ -19,6 +22,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal
 
 from botweave.model_calls import LitellmCalls, ModelCalls, ModelOutput
+from botweave.offline_model import OfflineCalls, is_offline
 from botweave.openai_compatible import OpenAICompatible, speaks_openai
 
 ClientChoice = Literal["auto", "litellm", "direct"]
@@ -57,12 +61,15 @@ class ModelClients:
         self.choice = choice
         self.direct = OpenAICompatible()
         self.litellm = LitellmCalls()
+        self.offline = OfflineCalls()
 
     def uses_litellm(self, models: Iterable[str]) -> bool:
         """Whether any of these models is answered by litellm here, as things stand now."""
         return any(self.client_for(model) is self.litellm for model in models)
 
     def client_for(self, model: str) -> ModelCalls:
+        if is_offline(model):
+            return self.offline
         if self.choice == "direct":
             return self.direct
         if self.choice == "litellm" or not speaks_openai(model):

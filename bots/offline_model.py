@@ -1,9 +1,13 @@
 """`offline/echo`: a stand-in model so botweave runs with no key and no network.
 
-It is registered as a litellm custom provider, so the exact code path of a real model runs
-(litellm call, streaming wrapper, error handling); only the answer is canned. The answer
-names the agent and repeats the whole user turn it received, which lets a person and the
-tests see exactly what the agent was given (attribution, quoted context and all).
+It answers in botweave's own process without litellm (`OfflineCalls`, which
+`model_clients` picks for every `offline/` model whatever `models.client` says), so a bot on
+it, `botweave chat` with no bot.yaml among them, starts without importing litellm (seconds of
+CPU) and a turn pays nothing for a model that is not there. What comes back is what any
+client's answer is (`ModelOutput`: words, or streamed word by word, tool calls, zero tokens),
+so the turn around it runs as it does for a real model. The answer names the agent and
+repeats the whole user turn it received, which lets a person and the tests see exactly what
+the agent was given (attribution, quoted context and all).
 
 It can also call tools, so tools can be tried with no key: a user turn `call <tool>
 <json-args>` (say `call fetch_url {"url": "https://example.com"}`) is answered with that call
@@ -23,21 +27,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from botweave.files import human_size
-from litellm import CustomLLM
-from litellm.types.llms.openai import (
-    ChatCompletionToolCallChunk,
-    ChatCompletionToolCallFunctionChunk,
-    ChatCompletionUsageBlock,
-)
-from litellm.types.utils import ChatCompletionMessageToolCall, Function, GenericStreamingChunk, ModelResponse
+from botweave.model_calls import CallPart, ModelOutput
 
-PROVIDER = "offline"
+#: Every model named so is the echo model.
+PREFIX = "offline/"
 AGENT_METADATA_KEY = "botweave_agent"
 _WORDS = re.compile(r"\S+\s*|\s+")
 _CALL = re.compile(r"^\s*call\s+(\S+)\s*(.*)$", re.DOTALL)
 _call_ids = itertools.count(1)
 #: What a call to the echo model costs, reported with its answer as a provider reports usage.
-NO_TOKENS = ChatCompletionUsageBlock(prompt_tokens=0, completion_tokens=0, total_tokens=0)
+NO_TOKENS = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +73,8 @@ def echo_reply(agent: str, messages: list[dict[str, Any]]) -> str:
     return f"{agent} (offline echo) heard: {turn}"
 
 
-def _agent_name(litellm_params: dict[str, Any] | None) -> str:
-    metadata = (litellm_params or {}).get("metadata") or {}
+def _agent_name(request: dict[str, Any]) -> str:
+    metadata = request.get("metadata") or {}
     return str(metadata.get(AGENT_METADATA_KEY) or "assistant")
 
 
@@ -125,65 +124,30 @@ def _call_id() -> str:
     return f"call_offline_{next(_call_ids)}"
 
 
-def _fill(response: ModelResponse, model: str, result: Answer) -> ModelResponse:
-    choice = response.choices[0]
-    response.model = model
-    if result.tool is None:
-        choice.message.content = result.text
-        return response
-    function = Function(name=result.tool, arguments=result.arguments)
-    call = ChatCompletionMessageToolCall(id=_call_id(), type="function", function=function)
-    choice.message.content = None
-    choice.message.tool_calls = [call]
-    choice.finish_reason = "tool_calls"
-    return response
+def is_offline(model: str) -> bool:
+    return model.startswith(PREFIX)
 
 
-def _answer(messages: list[Any], kwargs: dict[str, Any]) -> Answer:
-    return answer(_agent_name(kwargs.get("litellm_params")), messages, kwargs.get("optional_params"))
+def reply_to(request: dict[str, Any]) -> Answer:
+    """The echo model's answer to a request (the `acompletion` arguments an agent builds)."""
+    return answer(_agent_name(request), list(request.get("messages") or []), request)
 
 
-class OfflineEcho(CustomLLM):
-    async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
-        return _fill(kwargs["model_response"], model, _answer(messages, kwargs))
+class OfflineCalls:
+    """`ModelCalls` for `offline/` models: the echo model's answer, made here."""
 
-    def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> ModelResponse:
-        return _fill(kwargs["model_response"], model, _answer(messages, kwargs))
-
-    # litellm iterates what astreaming returns without awaiting it (an async generator), though
-    # its base class annotates a coroutine.
-    async def astreaming(  # type: ignore[override]
-        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
-    ) -> AsyncIterator[GenericStreamingChunk]:
-        result = _answer(messages, kwargs)
+    async def answer(self, request: dict[str, Any]) -> ModelOutput:
+        result = reply_to(request)
         if result.tool is not None:
-            function = ChatCompletionToolCallFunctionChunk(name=result.tool, arguments=result.arguments)
-            call = ChatCompletionToolCallChunk(id=_call_id(), type="function", function=function, index=0)
-            yield GenericStreamingChunk(
-                text="",
-                is_finished=True,
-                finish_reason="tool_calls",
-                usage=NO_TOKENS,
-                index=0,
-                tool_use=call,
-            )
-            return
-        pieces = _WORDS.findall(result.text)
-        for index, piece in enumerate(pieces):
-            last = index == len(pieces) - 1
-            yield GenericStreamingChunk(
-                text=piece,
-                is_finished=last,
-                finish_reason="stop" if last else "",
-                usage=NO_TOKENS if last else None,
-                index=0,
-                tool_use=None,
-            )
+            return ModelOutput(calls=(CallPart(0, _call_id(), result.tool, result.arguments),), usage=NO_TOKENS)
+        return ModelOutput(result.text, usage=NO_TOKENS)
 
-
-def register(litellm_module: Any) -> None:
-    """Add the provider once; litellm keeps the map process-wide."""
-    providers = litellm_module.custom_provider_map
-    if not any(p.get("provider") == PROVIDER for p in providers):
-        providers.append({"provider": PROVIDER, "custom_handler": OfflineEcho()})
-
+    async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
+        """Word by word, as a provider streams; the token counts come last."""
+        result = reply_to(request)
+        if result.tool is not None:
+            yield ModelOutput(calls=(CallPart(0, _call_id(), result.tool, result.arguments),))
+        else:
+            for piece in _WORDS.findall(result.text):
+                yield ModelOutput(piece)
+        yield ModelOutput(usage=NO_TOKENS)

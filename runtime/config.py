@@ -368,7 +368,7 @@ def unroutable_models(config: Config) -> list[str]:
     """Each agent whose model litellm cannot route (an unknown provider prefix, a typo),
     found before the first turn apologises for it. Imports litellm (seconds, the first time),
     unless every model is the offline stand-in, which botweave itself answers (any
-    `offline/...` name: the custom provider registered with litellm takes them all)."""
+    `offline/...` name: botweave.offline_model answers them all, without litellm)."""
     routed = {name: agent for name, agent in config.agents.items() if not agent.model.startswith("offline/")}
     if not routed:
         return []

@@ -22,14 +22,14 @@ from botweave import App
 from tests.emulators.openai import OpenAIEmulator
 from tests.support import RecordingAdapter, message
 
-async def main(client, processes, answer):
+async def main(client, processes, answer, model):
     llm = OpenAIEmulator("Answered.")
     await llm.start()
     seen = {}
     try:
         app = App.from_config({
             "bot": {"unknown_user_policy": "allow"},
-            "agents": {"a": {"model": "openai/gpt-emulated", "api_base": llm.base_url, "api_key": "sk-test"}},
+            "agents": {"a": {"model": model, "api_base": llm.base_url, "api_key": "sk-test"}},
             "models": {"client": client, "processes": processes},
         })
         adapter = RecordingAdapter()
@@ -54,13 +54,13 @@ async def main(client, processes, answer):
         await llm.stop()
     print(json.dumps(seen))
 
-asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "answer"))
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "answer", sys.argv[4]))
 """
 
 
-def started(client: str, processes: int = 0, *, answer: bool) -> dict[str, object]:
+def started(client: str, processes: int = 0, *, answer: bool, model: str = "openai/gpt-emulated") -> dict[str, object]:
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    command = [sys.executable, "-c", PROGRAM, client, str(processes), "answer" if answer else "start"]
+    command = [sys.executable, "-c", PROGRAM, client, str(processes), "answer" if answer else "start", model]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -70,6 +70,16 @@ def started(client: str, processes: int = 0, *, answer: bool) -> dict[str, objec
 def test_a_bot_whose_calls_skip_litellm_here_answers_without_importing_it(client, processes):
     seen = started(client, processes, answer=True)
     assert seen["answered"] == ["Answered."]
+    assert seen["at start"] is False and seen["after"] is False
+    assert seen["exit code"] == 0
+
+
+@pytest.mark.parametrize("client", ["auto", "litellm"])
+def test_a_bot_on_the_offline_model_answers_without_importing_litellm(client):
+    """The echo model is answered in botweave itself, even with `models.client: litellm`:
+    `botweave chat` with no bot.yaml never pays litellm's import."""
+    seen = started(client, answer=True, model="offline/echo")
+    assert seen["answered"] == ["a (offline echo) heard: hello"]
     assert seen["at start"] is False and seen["after"] is False
     assert seen["exit code"] == 0
 

@@ -208,10 +208,11 @@ async def test_auto_calls_openai_models_directly_and_the_rest_through_litellm():
     clients = ModelClients("auto")
     assert clients.client_for("openai/gpt-4o") is clients.direct
     assert clients.client_for("anthropic/claude-sonnet-4") is clients.litellm
-    assert clients.client_for("offline/echo") is clients.litellm
+    assert clients.client_for("offline/echo") is clients.offline  # answered here: no litellm at all
     assert ModelClients("litellm").client_for("openai/gpt-4o") is not None
     litellm_only = ModelClients("litellm")
     assert litellm_only.client_for("openai/gpt-4o") is litellm_only.litellm
+    assert litellm_only.client_for("offline/echo") is litellm_only.offline
 
 
 async def test_with_a_litellm_integration_auto_lets_litellm_make_the_call_so_it_is_logged(llm, integration):

@@ -189,7 +189,8 @@ async def test_denied_stranger_gets_no_reply_and_costs_no_llm_call(start_app, te
 
 
 class _SlowEcho:
-    """The offline echo, answering only after a pause, so turns overlap like real model calls."""
+    """The offline echo's answer from a litellm custom provider, given only after a pause, so
+    turns overlap like real model calls."""
 
     provider = "slowtelegram"
     delay = 0.8
@@ -197,14 +198,19 @@ class _SlowEcho:
     @classmethod
     def register(cls) -> None:
         from botweave.model_calls import litellm_module
-        from botweave.offline_model import OfflineEcho
+        from botweave.offline_model import reply_to
+        from litellm import CustomLLM
 
         delay = cls.delay
 
-        class SlowEcho(OfflineEcho):
-            async def acompletion(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        class SlowEcho(CustomLLM):  # type: ignore[misc]
+            async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any):  # type: ignore[override]
                 await asyncio.sleep(delay)
-                return await super().acompletion(*args, **kwargs)
+                metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
+                response = kwargs["model_response"]
+                response.model = model
+                response.choices[0].message.content = reply_to({"messages": messages, "metadata": metadata}).text
+                return response
 
         litellm = litellm_module()
         if not any(p.get("provider") == cls.provider for p in litellm.custom_provider_map):
