@@ -32,7 +32,7 @@ class Tracer(Protocol):
         """A span under the current one, for the duration of the `with` block."""
 
     def event(self, name: str, attributes: Attributes) -> None:
-        """Something that happened within the current span (a retry, a failover)."""
+        """Something that happened within the current span (a retried send)."""
 
     def before_call(self, name: str, attributes: Attributes) -> None:
         """An event for the span of the next model call made in this context (a failover:

@@ -101,25 +101,31 @@ def any_value(value: object) -> bytes:
     return _delimited(b"\x0a", str(value).encode())
 
 
-#: Encoded `KeyValue`s by (key, type, value): the same few recur in every turn.
-_KEY_VALUES: dict[tuple[str, type, object], bytes] = {}
-_KEY_VALUES_KEPT = 8192
+#: Encoded attribute fields by (key, type, value), one table per field they are in (a span's,
+#: an event's): the same few recur in every turn.
+_SPAN_ATTRIBUTES: dict[tuple[str, type, object], bytes] = {}
+_EVENT_ATTRIBUTES: dict[tuple[str, type, object], bytes] = {}
+_ATTRIBUTES_KEPT = 8192
 
 
 def key_value(key: str, value: object) -> bytes:
-    """A `KeyValue` (key field 1, value field 2), remembered."""
-    known = (key, value.__class__, value)
-    found = _KEY_VALUES.get(known)
-    if found is None:
-        found = _delimited(b"\x0a", key.encode()) + _delimited(b"\x12", any_value(value))
-        if len(_KEY_VALUES) >= _KEY_VALUES_KEPT:
-            _KEY_VALUES.clear()  # token counts and the like: keep the table small, not exact
-        _KEY_VALUES[known] = found
-    return found
+    """A `KeyValue` (key field 1, value field 2)."""
+    return _delimited(b"\x0a", key.encode()) + _delimited(b"\x12", any_value(value))
 
 
-def _attributes(tag: bytes, attributes: Mapping[str, object]) -> bytes:
-    return b"".join([_delimited(tag, key_value(key, value)) for key, value in attributes.items()])
+def _attributes(tag: bytes, attributes: Mapping[str, object], known: dict[tuple[str, type, object], bytes]) -> bytes:
+    """Each attribute as the field `tag` of its message, remembered in `known`."""
+    fields = []
+    for key, value in attributes.items():
+        entry = (key, value.__class__, value)
+        found = known.get(entry)
+        if found is None:
+            found = _delimited(tag, key_value(key, value))
+            if len(known) >= _ATTRIBUTES_KEPT:
+                known.clear()  # token counts and the like: keep the table small, not exact
+            known[entry] = found
+        fields.append(found)
+    return b"".join(fields)
 
 
 def span_bytes(span: Finished) -> bytes:
@@ -133,12 +139,12 @@ def span_bytes(span: Finished) -> bytes:
         b"\x2a", varint(len(name)), name,
         _KIND,
         _TIMES(0x39, span.start, 0x41, span.end),
-        _attributes(b"\x4a", span.attributes),
+        _attributes(b"\x4a", span.attributes, _SPAN_ATTRIBUTES),
     ]
     if span.events:
         for at, event_name, attributes in span.events:
             encoded = event_name.encode()
-            event = b"\x09" + _FIXED64(at) + b"\x12" + varint(len(encoded)) + encoded + _attributes(b"\x1a", attributes)
+            event = b"\x09" + _FIXED64(at) + b"\x12" + varint(len(encoded)) + encoded + _attributes(b"\x1a", attributes, _EVENT_ATTRIBUTES)
             parts.append(_delimited(b"\x5a", event))
     if span.failed:
         parts.append(_STATUS_ERROR)
@@ -150,7 +156,8 @@ class Encoder:
     """`ExportTraceServiceRequest`s of one resource and one instrumentation scope."""
 
     def __init__(self, resource: Mapping[str, AttributeValue], scope: str) -> None:
-        resource_bytes = _delimited(b"\x0a", _attributes(b"\x0a", resource))  # resource (field 1): attributes
+        resource_bytes = _delimited(b"\x0a", b"".join(  # resource (field 1): its attributes (field 1)
+            [_delimited(b"\x0a", key_value(key, value)) for key, value in resource.items()]))
         self._resource = resource_bytes
         self._scope = _delimited(b"\x0a", _delimited(b"\x0a", scope.encode()))  # scope (field 1): name
 

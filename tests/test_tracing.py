@@ -325,22 +325,27 @@ def test_spans_are_encoded_as_a_collector_reads_them():
     assert intake.trace_id != deliver.trace_id and len(intake.trace_id) == 16
 
 
-def test_tracing_off_imports_nothing_of_opentelemetry(tmp_path):
-    """Off (the default), a bot that answers loads no OpenTelemetry module."""
+@pytest.mark.parametrize("traced", [False, True], ids=["off", "on"])
+def test_tracing_off_imports_nothing_of_opentelemetry(tmp_path, traced):
+    """Off (the default), a bot that answers loads no OpenTelemetry module and not the tracer;
+    on, the tracer is botweave's own: still no OpenTelemetry package."""
+    ops = ", 'ops': {'tracing': {'endpoint': 'http://127.0.0.1:9'}}" if traced else ""
     code = (
         "import asyncio, sys\n"
         "from botweave import App\n"
-        "app = App.from_config({'agents': {'a': {'model': 'offline/echo'}}, 'platforms': {}})\n"
+        f"app = App.from_config({{'agents': {{'a': {{'model': 'offline/echo'}}}}, 'platforms': {{}}{ops}}})\n"
         "async def main():\n"
         "    await app.start()\n"
         "    await app.stop()\n"
         "asyncio.run(main())\n"
-        "print(json.dumps([sorted(m for m in sys.modules if m.startswith('opentelemetry')), 'mcp' in sys.modules]))\n"
+        "print(json.dumps([sorted(m for m in sys.modules if m.startswith('opentelemetry')), 'mcp' in sys.modules,\n"
+        "                  'botweave.runtime.tracing' in sys.modules]))\n"
     )
     result = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     assert result.returncode == 0, result.stderr
-    otel, mcp_loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    otel, mcp_loaded, tracer_loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert tracer_loaded is traced
     assert not [m for m in otel if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))]
     if not mcp_loaded:  # the mcp SDK imports OpenTelemetry's API itself, when MCP is used
         assert otel == []
