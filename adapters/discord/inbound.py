@@ -262,7 +262,8 @@ class DiscordInbound:
         channel = self._client.get_channel(channel_id) or self._client.get_partial_messageable(channel_id)
         try:
             fetched = await channel.fetch_message(message_id)  # type: ignore[union-attr]
-        except (discord.HTTPException, OSError, asyncio.TimeoutError) as exc:
+        except (discord.HTTPException, OSError, asyncio.TimeoutError, ValueError) as exc:
+            # ValueError: a body orjson refuses (REST answers are decoded as discord.py ships)
             log.info("discord: replied-to message %s not available (%s)", message_id, exc)
             return None
         return self._quote(fetched)
