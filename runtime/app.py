@@ -215,7 +215,7 @@ class App(LiveParts):
         `on_started` is called once everything has started (the CLI tunes its own process
         then); nothing here changes the loop, the interpreter or any library. `watchdogs` hand
         the process to the bot as `botweave run` does: SIGHUP reloads, a wedge ends it."""
-        return await process.serve(self, self._platforms, platforms, on_started, watchdogs)
+        return await process.serve(self, self._platforms, self.reloads.loop_watch, platforms, on_started, watchdogs)
 
     async def readiness(self) -> dict[str, str]:
         """The parts of this process that cannot serve right now, each with why (empty when
