@@ -109,16 +109,16 @@ class GatewayHost(Protocol):
 
     async def readiness(self) -> dict[str, str]: ...
 
+    async def reload(self, *, everywhere: bool = False) -> ReloadResult: ...
+
 
 class GatewayReloads(Protocol):
-    """What the gateway needs of reloading: to follow each generation a reload puts live, the
-    revision that runs, and a reload of every process (`config.reload`)."""
+    """What the gateway needs of reloading: to follow each generation a reload puts live, and
+    the revision that runs."""
 
     def on_swap(self, hook: Callable[[Generation], None]) -> None: ...
 
     def config_status(self) -> dict[str, str]: ...
-
-    async def reload(self, *, everywhere: bool = False) -> ReloadResult: ...
 
 
 def build_gateway(host: GatewayHost, reloads: GatewayReloads) -> Gateway | None:
@@ -138,7 +138,7 @@ def build_gateway(host: GatewayHost, reloads: GatewayReloads) -> Gateway | None:
         host.rooms.register_methods(registry)
     register_usage_method(registry, host.models)
     registry.register(
-        "config.reload", partial(_reload, reloads), scope="admin",
+        "config.reload", partial(_reload, host), scope="admin",
         help="read bot.yaml again and apply it in place (checked first: a refused file changes nothing)",
     )
     media = host.config.media
@@ -171,11 +171,11 @@ def _about(host: GatewayHost) -> dict[str, Any]:
     }
 
 
-async def _reload(reloads: GatewayReloads, caller: Caller, params: NoParams) -> dict[str, Any]:
+async def _reload(host: GatewayHost, caller: Caller, params: NoParams) -> dict[str, Any]:
     """What `botweave reload` reports of a process: the outcome, the revisions before and
     after, what was applied or why the file was refused (every other process of the bot on a
     shared store is asked to reload too, as SIGHUP does)."""
-    result = await reloads.reload(everywhere=True)
+    result = await host.reload(everywhere=True)
     answer = result.to_dict()
     answer["problems"] = (result.error or "").splitlines()
     answer["message"] = result.summary()
