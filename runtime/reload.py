@@ -12,10 +12,10 @@ order is what makes it safe:
 2. Build the new generation; start the MCP servers that are new or whose settings changed
    (a server whose settings did not change is taken over, still connected).
 3. Swap, in one step with no await in between: the live generation, each platform's
-   effective settings (allowlists, policies, rate limits), push preferences' defaults, the
-   admission limits, and whatever follows the swap (`on_swap`: the loop watch's threshold,
-   the gateway's tokens and settings). A turn already running keeps the generation it started with; the next
-   item takes the new one.
+   effective settings (allowlists, policies, rate limits), and every part that follows the
+   swap (`on_swap`, registered by the builder: push preferences' defaults, the admission
+   limits, the digests, the loop watch's threshold, the gateway's tokens and settings). A
+   turn already running keeps the generation it started with; the next item takes the new one.
 4. Hand the schedules over: the old schedulers stop scheduling, the new ones start from the
    shared ledger (a job whose timing changed starts afresh rather than counting the old
    timing's occurrences as missed).
@@ -158,14 +158,14 @@ class Reloading:
             self.added.offer(generation.agents)
         except ConfigError as exc:
             return ReloadResult("invalid", before, before, error=str(exc))
-        running = self._started
-        if running is not None and self._role != "ingress":
+        started = self._started
+        if started is not None and self._role != "ingress":
             generation.tools.mcp.take_over(old.tools.mcp)
             await generation.tools.start(generation.agents)
         self._swap(generation, reconnecting=moves)
-        if running is not None and running.answers:
+        if started is not None and started.answers:
             await _hand_over_schedules(old, generation)
-        failed = await self._move(moves, sections) if running is not None else {}
+        failed = await self._move(moves, sections) if started is not None else {}
         self._retiring.add(old)
         self._tasks.spawn(self._retire(old), name=f"retire configuration revision {before}")
         return ReloadResult(
