@@ -2,8 +2,8 @@
 
 An adapter owns one platform connection and is composed of two parts. Its inbound part turns
 SDK events into `BotMessage` / `PlatformEvent` and hands them to `dispatch`, which passes them
-to the sink the runtime bound; the sink returns quickly (turns run in the background), so
-platforms that need a fast acknowledgement get one. Its outbound part (`Outbound`) makes the
+to the receiver the runtime bound (its `Submit`); that returns quickly (turns run in the
+background), so platforms that need a fast acknowledgement get one. Its outbound part (`Outbound`) makes the
 platform's calls.
 
 The outbound actions follow python-telegram-bot's `BaseRequest`: the public methods here
@@ -63,7 +63,8 @@ from botweave.types import (
     PressAnswer,
 )
 
-InboundSink = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
+#: The receiver's `submit` (the App's): where an adapter hands each item it receives.
+Submit = Callable[[BotMessage | PlatformEvent], Awaitable[None]]
 #: The runtime's reading of a press: the event as the runtime understands it (its action and
 #: value looked up) and what the presser is told.
 PressHandler = Callable[[PlatformEvent], Awaitable[tuple[PlatformEvent, PressAnswer]]]
@@ -280,7 +281,7 @@ class Adapter(ABC):
         #: Set when the connection ended for good after start (a refusal, a conflict that
         #: retrying cannot fix): the process should stop and say so.
         self.failure: str | None = None
-        self._sink: InboundSink | None = None
+        self._submit: Submit | None = None
         self._presses: PressHandler | None = None
         #: The conversation events of the runtime this adapter is bound to, when the gateway is
         #: configured (an `events_native` platform shows its messages through them).
@@ -353,16 +354,16 @@ class Adapter(ABC):
 
     def bind(
         self,
-        sink: InboundSink,
+        submit: Submit,
         presses: PressHandler | None = None,
         *,
         events: ConversationEvents | None = None,
         store: Store | None = None,
         admits: Admits | None = None,
     ) -> None:
-        self._sink = sink
+        self._submit = submit
         self._presses = presses
-        if events is not None:  # bound again by someone who taps the sink: the events stay
+        if events is not None:  # bound again by someone who taps the receiver: the events stay
             self.events = events
         if store is not None:
             self.store = store
@@ -404,11 +405,11 @@ class Adapter(ABC):
         if isinstance(item, PlatformEvent) and item.kind not in self.emits:
             log.debug("%s: %s not emitted by this adapter; dropped", self.platform, item.kind)
             return True
-        if self._sink is None:
+        if self._submit is None:
             log.warning("%s: inbound item dropped, adapter not bound to a runtime", self.platform)
             return False
         try:
-            await self._sink(item)
+            await self._submit(item)
         except Exception:  # boundary: inbound, the hand-over to the runtime; a failure never kills the connection
             log.exception("%s: runtime failed to accept an inbound item", self.platform)
             return False

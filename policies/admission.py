@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from botweave.pipeline import Handler, Inbound, TurnOutcome, TurnStatus
-from botweave.store import Store
-from botweave.store_failures import store_failures
+from botweave.store import Store, store_failures
 from botweave.tasks import spawn
 from botweave.types import META_SCOPE
 

@@ -35,8 +35,7 @@ from botweave.conversations import conversation_key, direct_conversation
 from botweave.delivery import PROCESS, Delivery, Destination
 from botweave.events import ConversationEvents
 from botweave.methods import Caller, MethodError, MethodRegistry, NoParams, Params
-from botweave.store import Store
-from botweave.store_failures import store_failures
+from botweave.store import Store, store_failures
 from botweave.tasks import TaskOwner
 from botweave.tooling import ApprovalRule, ToolContext
 from botweave.types import Button, PlatformEvent, PressAnswer

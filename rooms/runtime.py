@@ -33,8 +33,7 @@ from botweave.agents import Briefing, ToolTurn
 from botweave.conversations import ConversationLocks
 from botweave.rooms.config import RoomConfig
 from botweave.rooms.planner import RoomEvent, RoundRobinRoomPlanner
-from botweave.store import Store
-from botweave.store_failures import store_failures
+from botweave.store import Store, store_failures
 from botweave.tooling import Asks, ToolContext
 from botweave.types import BotMessage
 

@@ -15,8 +15,7 @@ from typing import NamedTuple
 from apscheduler.triggers.base import BaseTrigger
 from botweave.cron import Clock, CronScheduler, Job, OnMissed, cron_trigger
 from botweave.rooms.config import RoomConfig
-from botweave.store import Store
-from botweave.store_failures import store_failures
+from botweave.store import Store, store_failures
 
 __all__ = ["Fire", "OnMissed", "RoomScheduler", "ScheduleInfo"]
 

@@ -1,7 +1,8 @@
 """The App: a bot, from the platforms it connects to the agents that answer; made and wired by
-`runtime/builder.py`, and read here as the table of contents of a bot's life. `submit` returns
-once an item is recorded (`runtime/intake.py`: journal, shared stream, or nothing before start),
-`handle` answers it (`runtime/handling.py`), `run`/`serve` are a process's life
+`runtime/builder.py` (`App.from_config`), and read here as the table of contents of a bot's
+life: it holds and exposes its parts and never makes one. `submit` returns once an item is
+recorded (`runtime/intake.py`: journal, shared stream, or nothing before start), `handle`
+answers it (`runtime/handling.py`), `run`/`serve` are a process's life
 (`runtime/process.py`), `reload` applies the file again in place (`runtime/reload.py`)."""
 
 from __future__ import annotations
@@ -13,26 +14,30 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from botweave.adapter import Adapter
-from botweave.conversations import ConversationLocks, conversation_key
+from botweave.agents import Agent
+from botweave.conversations import conversation_key
 from botweave.files import FileSource
+from botweave.gateway.server import Gateway
 from botweave.pipeline import TurnOutcome
-from botweave.push import NotificationCategory, NotificationOutcome, Recipient
+from botweave.push import NotificationCategory, NotificationOutcome, Notifier, Recipient
+from botweave.rooms.hub import RoomHub
+from botweave.router import Router
 from botweave.runtime import process
-from botweave.runtime.builder import build
+from botweave.runtime.builder import Lasting, build
 from botweave.runtime.config import Config, load_config
-from botweave.runtime.gateway import build_gateway
-from botweave.runtime.generation import LiveParts
-from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
+from botweave.runtime.intake import JournalIntake, Recorded, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
-from botweave.runtime.ops import OpsServer, store_problem
-from botweave.runtime.plugins import load_plugins
+from botweave.runtime.ops import OpsServer, ProcessOps, store_problem
+from botweave.runtime.poster import Poster
 from botweave.runtime.process import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STALLED, EXIT_STARTUP, EXIT_STORE
-from botweave.runtime.reload import ReloadResult, Reloads
+from botweave.runtime.reload import Reloading
+from botweave.runtime.reload_plan import ReloadResult
+from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.watchdog import Watchdogs
 from botweave.store import Store
 from botweave.store.carrier import InboundCarrier
-from botweave.tasks import TaskOwner
+from botweave.tools import Toolsets
 from botweave.types import BotMessage, Button, MessageActionResult, PlatformEvent, PressAnswer
 
 __all__ = ["App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM", "EXIT_CONFIG", "EXIT_STORE",
@@ -41,34 +46,49 @@ __all__ = ["App", "ReloadResult", "Role", "Watchdogs", "EXIT_OK", "EXIT_PLATFORM
 log = logging.getLogger(__name__)
 
 
-class App(LiveParts):
+class App:
     """A running bot. Build it with `App.from_config("bot.yaml")`, register commands, hooks and
     tools on it, then `run()` it (blocking, with signal handling) or `await serve()` it in your
     own event loop; the same object is what `botweave run` serves and a plugin's `setup(app)` gets."""
 
-    def __init__(self, config: Config, *, store: Store | None = None, role: Role = "all") -> None:
-        parts = build(config, store=store, role=role)
-        self.role, self.patience, self.store = role, parts.patience, parts.store
-        self.hooks, self.commands, self.history, self.preferences = parts.hooks, parts.commands, parts.history, parts.preferences
-        self.adapters, self.failed_platforms = parts.platforms.adapters, parts.platforms.failed
-        self.delivery, self.targets, self.buttons = parts.delivery, parts.targets, parts.buttons
-        self.access, self.approvals, self.control = parts.access, parts.approvals, parts.control
-        self.asks = parts.asks
-        self.memory = parts.memory
-        self.model_processes, self.model_clients, self.events = parts.model_processes, parts.model_clients, parts.events
+    def __init__(self, lasting: Lasting, reloads: Reloading, ops: ProcessOps) -> None:
+        """Hold what the builder made (`App.from_config` is how an App is made); the builder
+        then sets `plugins` and `gateway`, which need the finished App."""
+        self.role = lasting.role
+        #: Where the bot's state lives (conversations, history, dedup, the journal or stream).
+        self.store = lasting.store
+        #: What plugins and programs register on (see docs/guides/plugins.md).
+        self.hooks = lasting.hooks
+        self.commands = lasting.commands
+        self.history = lasting.history
+        self.preferences = lasting.preferences
+        #: The platforms this process runs, and the enabled ones that never came up (with why).
+        self.adapters = lasting.platforms.adapters
+        self.failed_platforms = lasting.platforms.failed
+        self.targets = lasting.targets
+        #: Who is heard, and what waits for a person.
+        self.access = lasting.access
+        self.approvals = lasting.approvals
+        self.asks = lasting.asks
+        #: What agents keep about each person.
+        self.memory = lasting.memory
         #: Fallbacks, cool-downs, budgets and usage around every model call.
-        self.models = parts.guard
-        self.ops: OpsServer | None = None
-        self._live, self._platforms, self._handling, self._life = parts.live, parts.platforms, parts.handling, parts.life
-        self._turns, self._intake, self._background = parts.turns, Intake(parts.turns), TaskOwner("app")
-        self._tracer = parts.tracer
-        self._arrivals = ConversationLocks()  # the order a conversation's messages are submitted in
-        #: Reloading, the loop watch and what other processes see of this one (runtime/reload.py).
-        self.reloads = Reloads(parts, self, config, self._background)
-        #: The plugins whose setup ran, installed ones first (see runtime/plugins.py).
-        self.plugins = load_plugins(self, config.plugins)
-        #: The WebSocket control plane this process serves (None without one, or in a worker).
-        self.gateway = build_gateway(self, self.reloads)
+        self.models = lasting.guard
+        self.model_processes = lasting.model_processes
+        #: Conversation events, published everywhere things happen; None without a gateway.
+        self.events = lasting.events
+        #: Reloading the configuration in place (runtime/reload.py).
+        self.reloads = reloads
+        #: The plugins whose setup ran, installed ones first (set by the builder; runtime/plugins.py).
+        self.plugins: list[str] = []
+        #: The WebSocket control plane this process serves (None without one, or in a worker;
+        #: set by the builder).
+        self.gateway: Gateway | None = None
+        self._parts = lasting
+        self._ops = ops
+        self._platforms = lasting.platforms
+        self._handling, self._intake = lasting.handling, lasting.intake
+        self._tracer, self._arrivals = lasting.tracer, lasting.arrivals
         self._gateway_serving = False
 
     @classmethod
@@ -79,7 +99,52 @@ class App(LiveParts):
         plugins it lists (and those installed under the `botweave.plugins` entry point) are
         set up here. `store` replaces the one the configuration names (tests, embedding)."""
         config = source if isinstance(source, Config) else load_config(source)
-        return cls(config, store=store, role=role)
+        return build(cls, config, store=store, role=role)
+
+    # --- the live generation: what the configuration running now made (a reload replaces
+    # these, so they are looked up each time, never kept) ---------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self._parts.live.generation.config
+
+    @property
+    def revision(self) -> str:
+        """The revision of the configuration this process answers with (`config_revision`)."""
+        return self._parts.live.generation.revision
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        return self._parts.live.generation.agents
+
+    @property
+    def router(self) -> Router:
+        return self._parts.live.generation.router
+
+    @property
+    def tools(self) -> Toolsets:
+        return self._parts.live.generation.tools
+
+    @property
+    def rooms(self) -> RoomHub | None:
+        return self._parts.live.generation.rooms
+
+    @property
+    def schedules(self) -> AgentSchedules | None:
+        return self._parts.live.generation.schedules
+
+    @property
+    def notifier(self) -> Notifier:
+        return self._parts.live.generation.notifier
+
+    @property
+    def _poster(self) -> Poster:
+        return self._parts.live.generation.poster
+
+    @property
+    def ops(self) -> OpsServer | None:
+        """The ops endpoint (`ops.listen`), while it is served."""
+        return self._ops.endpoint
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -93,43 +158,43 @@ class App(LiveParts):
         stream; `ingress` holds the platforms (leader lock), `worker` answers, `all` does both.
         `ops.listen` serves the operator's endpoints from the first moment (alive, not ready)."""
         if self.config.ops.listen and self.ops is None:
-            self.ops = self.reloads.ops_server(self.config.ops.listen, self.readiness)
-            await self.ops.start()
+            await self._ops.serve_endpoint(self.config.ops.listen, self.readiness)
         await self.store.connect()
         log.info("store: %s", self.store.describe())
         if self.role != "ingress":  # an ingress process never runs a turn
             if self.model_processes is not None:
                 await self.model_processes.start()
-            if self.model_clients is not None:
-                self.model_clients.open()
+            if self._parts.model_clients is not None:
+                self._parts.model_clients.open()
             await self.tools.start(self.agents)
         sections = self.config.enabled_platforms(platforms)
         for name, section in sections.items():
             if name not in self.adapters:
                 self.add_adapter(self._platforms.create(name, section, self))
+        parts = self._parts
         self._intake = await open_intake(
-            self._turns, self.store, self.config.store, self.patience, self.adapters, role=self.role, receive=receive
+            parts.turns, self.store, self.config.store, parts.patience, self.adapters, role=self.role, receive=receive
         )
         await self._intake.replay(self)
         for name in self.adapters:
             self.access.explain(name)
         await self._platforms.start(sections, self, self._intake.receives)
-        await self._intake.run(self, self._background, self._platforms, sections)
+        await self._intake.run(self, self._parts.background, self._platforms, sections)
         answers = receive and self.role in ("all", "worker")
         if answers:
             await self._start_answering()
-        if self.push.directory:
-            self.reloads.start_digests()
-        self.reloads.started(self._intake, platforms, answers=answers, receive=receive)
+        self._parts.notices.start_digests(self._parts.background, self._parts.life.stopping)
+        self.reloads.started(self._intake, self._parts.background, platforms, answers=answers)
+        self._ops.started(receive=receive)
         if self.gateway is not None and receive:
             self._gateway_serving = True
             await self.gateway.start()
-        self._life.started()
+        self._parts.life.started()
 
     async def _start_answering(self) -> None:
         """What only a process that answers runs: rooms' and agents' schedules, and the
         approvals a stopped run left open, closed as expired."""
-        await self._live.generation.start_schedules()
+        await self._parts.live.generation.start_schedules()
         closed = await self.approvals.sweep()
         if closed:
             log.warning("%d approval request(s) were left unanswered by a stopped run; reported expired", closed)
@@ -141,15 +206,15 @@ class App(LiveParts):
         """Let in-flight turns finish for up to `timeout` seconds, then cancel, then disconnect.
         A cancelled turn is not lost: its item stays in the journal or the stream, and runs
         again at the next start or in another worker."""
-        self._life.stop(timeout)
+        self._parts.life.stop(timeout)
         if self.gateway is not None:
             await self.gateway.stop()
         self.approvals.shutting_down()
         self.asks.shutting_down()
-        await self._live.generation.stop_schedules()
+        await self._parts.live.generation.stop_schedules()
         # the stream's own wind-down: up to `timeout` for started turns, then the hand-back
-        await self._background.close(timeout + 2.0, grace=1.0)
-        await self._turns.tasks.close(timeout, grace=1.0)
+        await self._parts.background.close(timeout + 2.0, grace=1.0)
+        await self._parts.turns.tasks.close(timeout, grace=1.0)
         await self._platforms.stop()
         await self.approvals.stop()
         await self.asks.stop()
@@ -157,28 +222,26 @@ class App(LiveParts):
         await self.tools.stop()
         if self.model_processes is not None:
             await self.model_processes.close()
-        if self.model_clients is not None:
-            await self.model_clients.close()
+        if self._parts.model_clients is not None:
+            await self._parts.model_clients.close()
         await self.models.close()
         await self.store.close()
         if self._tracer is not None:
             await asyncio.to_thread(self._tracer.close)
-        if self.ops is not None:
-            await self.ops.stop()
-            self.ops = None
+        await self._ops.stop()
 
     async def drain(self) -> None:
         """Wait until every submitted item has been handled (tests, shutdown)."""
-        await self._turns.tasks.drain()
+        await self._parts.turns.tasks.drain()
 
     @property
     def needs_litellm(self) -> bool:
         """Whether this process's own model calls go through litellm (imported as it starts)."""
-        return self.model_clients is not None and self.model_clients.uses_litellm(a.model for a in self.agents.values())
+        return self._parts.model_clients is not None and self._parts.model_clients.uses_litellm(a.model for a in self.agents.values())
 
     @property
     def uptime(self) -> float:
-        return self._life.uptime()
+        return self._parts.life.uptime()
 
     @property
     def stream(self) -> InboundCarrier | None:
@@ -215,13 +278,13 @@ class App(LiveParts):
         `on_started` is called once everything has started (the CLI tunes its own process
         then); nothing here changes the loop, the interpreter or any library. `watchdogs` hand
         the process to the bot as `botweave run` does: SIGHUP reloads, a wedge ends it."""
-        return await process.serve(self, self._platforms, platforms, on_started, watchdogs)
+        return await process.serve(self, self._platforms, self._ops.loop_watch, platforms, on_started, watchdogs)
 
     async def readiness(self) -> dict[str, str]:
         """The parts of this process that cannot serve right now, each with why (empty when
         all can): the store, and every platform it started or failed to start."""
-        if not self._life.serving:
-            return {"app": self._life.state()}
+        if not self._parts.life.serving:
+            return {"app": self._parts.life.state()}
         problem = await store_problem(self.store)
         failing = {**({"store": problem} if problem else {}), **await self._platforms.readiness()}
         gateway = self.gateway.readiness() if self.gateway is not None and self._gateway_serving else None
@@ -244,7 +307,7 @@ class App(LiveParts):
         """Read the configuration again (or `source`: another file, a `Config`) and apply what
         changed in place once all of it is valid: a refused file changes nothing. With
         `everywhere`, every other process on a shared store reloads its own file too."""
-        return await self.reloads.reload(source, everywhere=everywhere)
+        return await self._ops.reload(source, everywhere=everywhere)
 
     # --- inbound --------------------------------------------------------------------------
 
@@ -312,7 +375,7 @@ class App(LiveParts):
         """Post text to a target (`origin`, `<platform>`, `<platform>:<chat>[:<thread>]`);
         an unresolvable target is a `no_route` result. Presses of `buttons` come back as
         `button_pressed` events (hooks) with the button's own `action_id` and `value`."""
-        return await self._outgoing.send_to(target, text, origin=origin, buttons=buttons)
+        return await self._poster.send_to(target, text, origin=origin, buttons=buttons)
 
     async def send_file(
         self,
@@ -334,4 +397,4 @@ class App(LiveParts):
         `agent` is given); within `media.max_bytes` (the agent's own media settings, too). The
         caption follows the platform's caption limit; the rest of a long one follows as messages."""
         source = FileSource(data=data, data_base64=data_base64, path=path, url=url, filename=filename, mime=mime)
-        return await self._outgoing.send_file(target, source, caption=caption, origin=origin, agent=agent, key=key)
+        return await self._poster.send_file(target, source, caption=caption, origin=origin, agent=agent, key=key)

@@ -1,22 +1,30 @@
-"""How an App is put together, the way python-telegram-bot's `ApplicationBuilder` makes an
-`Application`: every collaborator made once, from the configuration and the store, and
-handed the others it works with, so that `App` only holds them. The order below is the order
-of dependence; nothing here runs anything (the store connects, and the platforms start, in
-`App.start`).
+"""How an App is put together, the way python-telegram-bot's `ApplicationBuilder.build()`
+makes an `Application`: every part made once, from the configuration and the store, and
+handed the others it works with; then the App is made holding them, and the parts that need
+the finished App get it (as PTB's `job_queue.set_application`): the reloading's receiver,
+the plugins' `setup(app)`, the gateway. `App` only holds and exposes. The order below is the
+order of dependence; nothing here runs anything (the store connects, and the platforms
+start, in `App.start`).
+
+The builder sits below the App: `App.from_config` calls `build` with the App class, so this
+module never imports the App, and the parts that use the App take a protocol of what they
+use (the gateway's `GatewayHost`, the intake's `Inbox`).
 
 It builds in two parts. `Lasting` is what lives as long as the App: the store, the
 registries plugins fill, the platform connections, and the desks that hold what is going on
 (turn control, approvals, admission). A `Generation` (runtime/generation.py) is what is made
 from one configuration: agents, router, tools, rooms, schedules, push, the pipeline.
-`build_generation` makes the first one at construction and every one after it when the
-configuration is reloaded, so a reload builds nothing in a way a start would not.
+`build_generation` makes the first one here and every one after it when the configuration is
+reloaded (`Reloading` is handed it), so a reload builds nothing in a way a start would not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from botweave.agents import Agent, History
 from botweave.buttons import ButtonBook
@@ -25,6 +33,7 @@ from botweave.config import ConfigError
 from botweave.conversations import ConversationLocks
 from botweave.delivery import Delivery, Outbox, SentLedger
 from botweave.events import ConversationEvents
+from botweave.gateway.server import Gateway
 from botweave.hooks import HookRegistry
 from botweave.media.reader import MediaStep
 from botweave.memory import Links, MemoryCommands, MemoryKeeper, memory_tools
@@ -47,15 +56,18 @@ from botweave.router import Router
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config
 from botweave.runtime.connections import Platforms
-from botweave.runtime.gateway import conversation_events, watch_step
+from botweave.runtime.gateway import GatewayHost, build_gateway, conversation_events, watch_step
 from botweave.runtime.generation import Generation, Live
 from botweave.runtime.handling import Handling
-from botweave.runtime.intake import Turns
+from botweave.runtime.intake import Inbox, Intake, Turns
 from botweave.runtime.lifecycle import Lifecycle, Role
 from botweave.runtime.model_processes import ModelProcesses
 from botweave.runtime.notices import Notices
-from botweave.runtime.outgoing import Outgoing
+from botweave.runtime.ops import ProcessOps
 from botweave.runtime.pipeline import build_pipeline
+from botweave.runtime.plugins import load_plugins
+from botweave.runtime.poster import Poster
+from botweave.runtime.reload import Reloading
 from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.steps import Observe
 from botweave.runtime.turn_control import STOP_HELP, TurnControl
@@ -101,6 +113,12 @@ class Lasting:
     control: TurnControl
     handling: Handling
     turns: Turns
+    #: What `App.submit` records items with until `App.start` opens the store's own.
+    intake: Intake
+    #: The order a conversation's messages are submitted in.
+    arrivals: ConversationLocks
+    #: The App's own background tasks (its stream, platform leaders, presence, digests).
+    background: TaskOwner
     #: Conversation events, published everywhere things happen; None without a gateway.
     events: ConversationEvents | None
     live: Live
@@ -110,12 +128,47 @@ class Lasting:
     tracer: OtelTracer | None = None
 
 
-def build(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
-    """The parts of an App on `config`, keeping its state in `store` (else the one
-    `store.url` names, memory when none), with its first generation live."""
+class Built(GatewayHost, Inbox, Protocol):
+    """The App, as the builder wires it once made: the gateway's host, the intake's and
+    reloading's receiver, and the holder of what only the finished App could make."""
+
+    plugins: list[str]
+    gateway: Gateway | None
+
+
+AppT = TypeVar("AppT", bound=Built)
+#: Makes the App holding the parts (the App class itself).
+MakeApp = Callable[[Lasting, Reloading, ProcessOps], AppT]
+
+
+def build(make: MakeApp[AppT], config: Config, *, store: Store | None = None, role: Role = "all") -> AppT:
+    """The App on `config`, keeping its state in `store` (else the one `store.url` names,
+    memory when none), with its first generation live and its plugins set up."""
     lasting = build_lasting(config, store=store, role=role)
     lasting.live.generation = build_generation(config, lasting)
-    return lasting
+    reloading = Reloading(
+        lasting.live, lasting.platforms, partial(build_generation, lasting=lasting), role=role, source=config.source
+    )
+    ops = ProcessOps(
+        reloading, lasting.store, lasting.live, lasting.life, lasting.background, role=role,
+        stall_seconds=config.ops.loop_stall_seconds,
+    )
+    reloading.on_swap(partial(_follow, lasting))
+    app = make(lasting, reloading, ops)
+    reloading.receive_with(app)
+    # plugins get the finished App, before anything starts; the gateway lists what they added
+    app.plugins = load_plugins(app, config.plugins)
+    app.gateway = build_gateway(app, reloading)
+    return app
+
+
+def _follow(lasting: Lasting, generation: Generation) -> None:
+    """The lasting parts that take a reloaded configuration's settings as it goes live: push
+    preferences' defaults, the admission limits, and the digests (once it has a directory)."""
+    config = generation.config
+    lasting.preferences.configure(config.push)
+    lasting.admission.limits = admission_limits(config.admission)
+    lasting.notices.start_digests(lasting.background, lasting.life.stopping)
 
 
 def build_lasting(config: Config, *, store: Store | None = None, role: Role = "all") -> Lasting:
@@ -171,14 +224,15 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
         control=control, buttons=buttons, approvals=approvals, asks=asks,
     )
+    turns = Turns(control, TaskOwner("turn"), locks, life)
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
         calls=made, guard=guard,
         history=history, platforms=platforms, delivery=delivery, targets=Targets(platforms.adapters), buttons=buttons,
         preferences=preferences, notices=notices, access=access, approvals=approvals, asks=asks, admission=admission,
-        control=control, handling=handling, turns=Turns(control, TaskOwner("turn"), locks, life), events=events,
-        live=live, memory=memory, tracer=tracer,
+        control=control, handling=handling, turns=turns, intake=Intake(turns), arrivals=ConversationLocks(),
+        background=TaskOwner("app"), events=events, live=live, memory=memory, tracer=tracer,
     )
 
 
@@ -201,13 +255,13 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
     tools = _tools(config, agents, ToolServices(delivery, targets, target_rule, config.media_for), kept)
     memory = _memory(config, agents, lasting.memory)
     briefing = memory.briefing if memory.agents else None
-    outgoing = Outgoing(config, delivery, targets, lasting.buttons, platforms.adapters)
-    transports = config.push.transports(outgoing.send_direct)
+    poster = Poster(config, delivery, targets, lasting.buttons, platforms.adapters)
+    transports = config.push.transports(poster.send_direct)
     notifier = Notifier(lasting.preferences, transports, kept, directory=config.push.directory)
     rooms = None
     if config.rooms:
         rooms = RoomHub(
-            config.rooms, agents, kept, outgoing.post_as, targets.canonical,
+            config.rooms, agents, kept, poster.post_as, targets.canonical,
             posted=notices.room_posted, missed=notices.room_missed, asks=lasting.asks, briefing=briefing,
         )
     schedules = None
@@ -241,7 +295,7 @@ def build_generation(config: Config, lasting: Lasting) -> Generation:
         decided=lasting.tracer.decided if lasting.tracer is not None else None,
     )
     return Generation(
-        config=config, agents=agents, router=router, tools=tools, outgoing=outgoing, notifier=notifier,
+        config=config, agents=agents, router=router, tools=tools, poster=poster, notifier=notifier,
         rooms=rooms, schedules=schedules, turn=turn, pipeline=pipeline,
     )
 

@@ -206,7 +206,7 @@ async def _serve(
         return EXIT_CONFIG
     from botweave.runtime.own_process import tune_own_process
 
-    app = App(config, role=role)
+    app = App.from_config(config, role=role)
     if loader is not None:
         app.reloads.read_with(loader)
     if banner:
@@ -407,7 +407,7 @@ async def _gateway(args: argparse.Namespace) -> int:
 async def _room(args: argparse.Namespace) -> int:
     from botweave.runtime.app import App
 
-    app = App(_load(args.config))
+    app = App.from_config(_load(args.config))
     if app.rooms is None:
         print("no rooms are configured under `rooms:`", file=sys.stderr)
         return 1
@@ -448,7 +448,7 @@ async def _room(args: argparse.Namespace) -> int:
 async def _schedule(args: argparse.Namespace) -> int:
     from botweave.runtime.app import App
 
-    app = App(_load(args.config))
+    app = App.from_config(_load(args.config))
     if app.schedules is None:
         print("no schedules are configured under `schedules:`", file=sys.stderr)
         return 1

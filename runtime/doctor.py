@@ -33,8 +33,7 @@ from botweave.runtime.config import (
 )
 from botweave.runtime.platforms import installed_platforms
 from botweave.runtime.presence import Record, running, state_of
-from botweave.store import Store, open_store, redact_url
-from botweave.store_failures import store_failures
+from botweave.store import Store, open_store, redact_url, store_failures
 
 #: Seconds any single check may take before it counts as failed.
 CHECK_TIMEOUT_S = 30.0

@@ -15,24 +15,28 @@ settings (tokens, origins, limits) and the new generation's agents and rooms, in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from botweave.adapter import Adapter
+from botweave.agents import Agent
 from botweave.events import ConversationEvents
 from botweave.gateway.config import WebConfig
 from botweave.gateway.server import Gateway
-from botweave.memory import MemoryMethods
+from botweave.memory import MemoryKeeper, MemoryMethods
 from botweave.methods import Caller, MethodRegistry, NoParams
-from botweave.policies.approvals import mask_arguments
+from botweave.model_guard import ModelGuard
+from botweave.policies.access_control import AccessControl
+from botweave.policies.approvals import ApprovalDesk, mask_arguments
+from botweave.policies.asks import AskDesk
+from botweave.rooms.hub import RoomHub
 from botweave.runtime.config import Config
+from botweave.runtime.generation import Generation
+from botweave.runtime.reload_plan import ReloadResult
 from botweave.runtime.steps import Watch
 from botweave.runtime.usage import register_usage_method
 from botweave.store import Store
-
-if TYPE_CHECKING:
-    from botweave.runtime.app import App
-    from botweave.runtime.generation import Generation
-    from botweave.runtime.reload import Reloads
 
 
 def enable_web(config: Config) -> None:
@@ -57,61 +61,121 @@ def watch_step(events: ConversationEvents | None) -> Watch | None:
     return Watch(events) if events is not None else None
 
 
-def build_gateway(app: App, reloads: Reloads) -> Gateway | None:
+class GatewayHost(Protocol):
+    """What the gateway is made from and reports on: the bot's parts it offers methods of, and
+    what `health` tells (the App has all of it; the gateway needs no more)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def events(self) -> ConversationEvents | None: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def agents(self) -> Mapping[str, Agent]: ...
+
+    @property
+    def rooms(self) -> RoomHub | None: ...
+
+    @property
+    def adapters(self) -> Mapping[str, Adapter]: ...
+
+    @property
+    def failed_platforms(self) -> Mapping[str, str]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def approvals(self) -> ApprovalDesk: ...
+
+    @property
+    def asks(self) -> AskDesk: ...
+
+    @property
+    def access(self) -> AccessControl: ...
+
+    @property
+    def memory(self) -> MemoryKeeper: ...
+
+    @property
+    def models(self) -> ModelGuard: ...
+
+    @property
+    def uptime(self) -> float: ...
+
+    async def readiness(self) -> dict[str, str]: ...
+
+    async def reload(self, *, everywhere: bool = False) -> ReloadResult: ...
+
+
+class GatewayReloads(Protocol):
+    """What the gateway needs of reloading: to follow each generation a reload puts live, and
+    the revision that runs."""
+
+    def on_swap(self, hook: Callable[[Generation], None]) -> None: ...
+
+    def config_status(self) -> dict[str, str]: ...
+
+
+def build_gateway(host: GatewayHost, reloads: GatewayReloads) -> Gateway | None:
     """The gateway server of this process (None without a gateway or in a worker), its method
     registry filled by the features that have methods."""
-    events = app.events
+    events = host.events
     if events is not None:
         reloads.on_swap(partial(_follow_events, events))
-    if events is None or app.role == "worker":
+    if events is None or host.role == "worker":
         return None
     registry = MethodRegistry()
-    app.approvals.register_methods(registry)
-    app.asks.register_methods(registry)
-    app.access.register_methods(registry, app.adapters)
-    MemoryMethods(app.memory).register(registry)
-    if app.rooms is not None:
-        app.rooms.register_methods(registry)
-    register_usage_method(registry, app.models)
+    host.approvals.register_methods(registry)
+    host.asks.register_methods(registry)
+    host.access.register_methods(registry, host.adapters)
+    MemoryMethods(host.memory).register(registry)
+    if host.rooms is not None:
+        host.rooms.register_methods(registry)
+    register_usage_method(registry, host.models)
     registry.register(
-        "config.reload", partial(_reload, reloads), scope="admin",
+        "config.reload", partial(_reload, host), scope="admin",
         help="read bot.yaml again and apply it in place (checked first: a refused file changes nothing)",
     )
-    media = app.config.media
+    media = host.config.media
     gateway = Gateway(
-        app.config.gateway,
+        host.config.gateway,
         events,
         registry,
-        web_platform=lambda: app.adapters.get("web"),
-        agents=list(app.agents),
-        readiness=app.readiness,
+        web_platform=lambda: host.adapters.get("web"),
+        agents=list(host.agents),
+        readiness=host.readiness,
         config_status=reloads.config_status,
-        about=partial(_about, app),
+        about=partial(_about, host),
         max_upload_bytes=media.max_bytes,
         allow_mime=media.allow_mime,
-        open_asks=app.asks.resent,
+        open_asks=host.asks.resent,
     )
     reloads.on_swap(partial(_follow, gateway, registry))
     return gateway
 
 
-def _about(app: App) -> dict[str, Any]:
+def _about(host: GatewayHost) -> dict[str, Any]:
     """What the gateway's `health` tells of the bot besides its readiness: the agents of the
     live configuration and their models, the platforms this process started (the gateway
     says which are connected), where the state lives (no password) and how long it has run."""
     return {
-        "agents": [{"name": name, "model": agent.model} for name, agent in app.agents.items()],
-        "platforms": sorted({*app.adapters, *app.failed_platforms}),
-        "store": app.store.describe(),
-        "uptime_seconds": round(app.uptime, 1),
+        "agents": [{"name": name, "model": agent.model} for name, agent in host.agents.items()],
+        "platforms": sorted({*host.adapters, *host.failed_platforms}),
+        "store": host.store.describe(),
+        "uptime_seconds": round(host.uptime, 1),
     }
 
 
-async def _reload(reloads: Reloads, caller: Caller, params: NoParams) -> dict[str, Any]:
+async def _reload(host: GatewayHost, caller: Caller, params: NoParams) -> dict[str, Any]:
     """What `botweave reload` reports of a process: the outcome, the revisions before and
     after, what was applied or why the file was refused (every other process of the bot on a
     shared store is asked to reload too, as SIGHUP does)."""
-    result = await reloads.reload(everywhere=True)
+    result = await host.reload(everywhere=True)
     answer = result.to_dict()
     answer["problems"] = (result.error or "").splitlines()
     answer["message"] = result.summary()

@@ -1,6 +1,6 @@
 """A generation: the parts of an App made from one configuration, the ones a reload makes
 again (agents, the router, tools, rooms, schedules, push, the pipeline of steps), and `Live`,
-which says which generation answers now.
+which says which generation answers now (the live generation).
 
 Everything else an App holds lasts as long as the App does (the store, the platform
 connections, the registries plugins fill, and the desks that hold what is going on: turn
@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from botweave.agents import Agent
 from botweave.pipeline import Handler
 from botweave.push import Notifier
-from botweave.push.config import PushConfig
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
 from botweave.runtime.config import Config
-from botweave.runtime.outgoing import Outgoing
+from botweave.runtime.poster import Poster
 from botweave.runtime.scheduled_agents import AgentSchedules
 from botweave.runtime.turns import AgentTurn
 from botweave.tools import Toolsets
@@ -35,7 +34,7 @@ class Generation:
     agents: dict[str, Agent]
     router: Router
     tools: Toolsets
-    outgoing: Outgoing
+    poster: Poster
     notifier: Notifier
     rooms: RoomHub | None
     schedules: AgentSchedules | None
@@ -85,59 +84,3 @@ class Live:
     generation, since the lasting parts are made first."""
 
     generation: Generation
-
-
-class LiveParts:
-    """What the live generation made, read through `_live` (the App's face of them: a
-    reload replaces these, so they are looked up each time, never kept)."""
-
-    _live: Live
-
-    @property
-    def config(self) -> Config:
-        return self._live.generation.config
-
-    @property
-    def revision(self) -> str:
-        """The revision of the configuration this process answers with (`config_revision`)."""
-        return self._live.generation.revision
-
-    @property
-    def agents(self) -> dict[str, Agent]:
-        return self._live.generation.agents
-
-    @property
-    def router(self) -> Router:
-        return self._live.generation.router
-
-    @property
-    def tools(self) -> Toolsets:
-        return self._live.generation.tools
-
-    @property
-    def rooms(self) -> RoomHub | None:
-        return self._live.generation.rooms
-
-    @property
-    def schedules(self) -> AgentSchedules | None:
-        return self._live.generation.schedules
-
-    @property
-    def turn(self) -> AgentTurn:
-        return self._live.generation.turn
-
-    @property
-    def pipeline(self) -> Handler:
-        return self._live.generation.pipeline
-
-    @property
-    def push(self) -> PushConfig:
-        return self._live.generation.config.push
-
-    @property
-    def notifier(self) -> Notifier:
-        return self._live.generation.notifier
-
-    @property
-    def _outgoing(self) -> Outgoing:
-        return self._live.generation.outgoing

@@ -23,7 +23,8 @@ from botweave.runtime.generation import Live
 from botweave.runtime.intake import Inbox, Recorded
 from botweave.runtime.turn_control import TurnControl
 from botweave.store import Store
-from botweave.store.carrier import dedup_key, outage_errors
+from botweave.store.carrier import dedup_key
+from botweave.store.errors import outage_errors
 from botweave.types import BotMessage, PlatformEvent, PressAnswer
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,8 @@ from botweave.runtime.connections import Platforms, Receiver
 from botweave.runtime.lifecycle import Lifecycle
 from botweave.runtime.turn_control import TurnControl
 from botweave.store import Patience, Store
-from botweave.store.carrier import InboundCarrier, outage_errors
+from botweave.store.carrier import InboundCarrier
+from botweave.store.errors import outage_errors
 from botweave.tasks import TaskOwner
 from botweave.types import BotMessage, PlatformEvent
 

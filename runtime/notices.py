@@ -15,7 +15,8 @@ from botweave.push import NotificationCategory, Notifier
 from botweave.push.notifier import mention_triggers
 from botweave.runtime.config import Config
 from botweave.runtime.generation import Live
-from botweave.store_failures import store_failures
+from botweave.store import store_failures
+from botweave.tasks import TaskOwner
 from botweave.types import BotMessage
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ DIGEST_FLUSH_SECONDS = 30.0
 class Notices:
     def __init__(self, live: Live) -> None:
         self._live = live
+        self._digesting = False
 
     @property
     def _notifier(self) -> Notifier:
@@ -74,6 +76,13 @@ class Notices:
         """A model refused its key, or a budget is spent: the owners hear of it (`model_failed`,
         `budget`); `headline` names no person, so it is what a lock screen may show."""
         await self._notifier.notify(NotificationCategory.parse(category), owners, text, identity=headline)
+
+    def start_digests(self, tasks: TaskOwner, stopping: asyncio.Event) -> None:
+        """Digests go out once the live configuration has a push directory (at start or after
+        a reload), from one task in `tasks` until `stopping`."""
+        if self._config.push.directory and not self._digesting:
+            self._digesting = True
+            tasks.spawn(self.flush_digests(stopping), name="notification digests")
 
     async def flush_digests(self, stopping: asyncio.Event) -> None:
         """Send the digests that are due, every `DIGEST_FLUSH_SECONDS`, until `stopping`."""

@@ -13,6 +13,11 @@ its own; `--ops-listen` gives each process on one host a port of its own.
   the status: a bot serving its last good configuration is ready.
 - `/metrics`: the Prometheus text format (see botweave.metrics for the series).
 
+`ProcessOps` is what operators and the bot's other processes see of this process: the
+endpoint, the loop watch behind its `/healthz` (and the watchdogs), and, on a store other
+processes open, the process's record through which `botweave reload` and `doctor` reach it
+(runtime/presence.py). Reloading a process from outside goes through it.
+
 The endpoints are served from a thread of their own (the standard library's HTTP server),
 not from the event loop: a stalled loop could not answer that it is stalled. `/readyz` asks
 the loop for the readiness of the parts and waits a bounded time for its answer.
@@ -24,6 +29,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import os
 import socket
 import threading
 from collections.abc import Callable, Coroutine, Mapping
@@ -31,8 +37,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from botweave.metrics import CONTENT_TYPE, exposition
-from botweave.runtime.config import parse_listen
+from botweave.runtime.config import Config, parse_listen
+from botweave.runtime.generation import Live
+from botweave.runtime.lifecycle import Lifecycle, Role
+from botweave.runtime.presence import Presence
+from botweave.runtime.reload import Reloading
+from botweave.runtime.reload_plan import ReloadResult
+from botweave.runtime.watchdog import LoopWatch
 from botweave.store import Store
+from botweave.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +143,69 @@ class OpsServer:
             return {"event_loop": f"did not answer within {READINESS_TIMEOUT_S:.0f}s"}
         except Exception as exc:  # noqa: BLE001 - the probe reports it rather than failing
             return {"app": f"{type(exc).__name__}: {exc}"}
+
+
+class ProcessOps:
+    """The process as others see it (see the module docstring): `serve_endpoint` starts the
+    ops endpoint (and the loop watch it answers `/healthz` from), `started` keeps the
+    process's record on a shared store, `reload` reloads this process and, `everywhere`,
+    asks every other one of the bot to reload too."""
+
+    def __init__(
+        self, reloading: Reloading, store: Store, live: Live, life: Lifecycle, background: TaskOwner, *, role: Role,
+        stall_seconds: float,
+    ) -> None:
+        self._reloading = reloading
+        self._store = store
+        self._live = live
+        self._life = life
+        self._background = background
+        self._role = role
+        #: How far behind the event loop is, watched from a thread while the ops endpoint is
+        #: served or the process's watchdogs are on (runtime/watchdog.py).
+        self.loop_watch = LoopWatch(stall_seconds)
+        reloading.on_swap(lambda generation: self.loop_watch.set_threshold(generation.config.ops.loop_stall_seconds))
+        #: The ops endpoint, while it is served.
+        self.endpoint: OpsServer | None = None
+        self._presence: Presence | None = None
+
+    async def serve_endpoint(self, listen: str, readiness: Readiness) -> None:
+        """Serve the ops endpoint on `listen`, answering `/healthz` from the loop watch
+        (started here) and naming in `/readyz` how the file on disk differs from what runs."""
+        self.loop_watch.start(asyncio.get_running_loop())
+        endpoint = OpsServer(listen, readiness, notes=self._reloading.drift, stalled=self.loop_watch.stalled)
+        self.endpoint = endpoint
+        await endpoint.start()
+
+    def started(self, *, receive: bool) -> None:
+        """`App.start` is done: a process that receives on a store others open keeps its
+        record there."""
+        if receive and self._store.external:
+            live = self._live
+            self._presence = Presence(
+                self._store, role=self._role, revision=lambda: live.generation.revision,
+                source=lambda: str(live.generation.config.source) if live.generation.config.source else None,
+                drift=self._reloading.drift, reload=self.reload,
+            )
+            self._background.spawn(self._presence.run(self._life.stopping), name="presence")
+
+    async def reload(
+        self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False
+    ) -> ReloadResult:
+        """See `App.reload`."""
+        result = await self._reloading.reload(source)
+        if everywhere and self._presence is not None:
+            await self._presence.ask_others()
+        if self._presence is not None:
+            await self._presence.announce()
+        return result
+
+    async def stop(self) -> None:
+        """The loop watch ends and the endpoint closes (the last thing an App stops)."""
+        self.loop_watch.stop()
+        endpoint, self.endpoint = self.endpoint, None
+        if endpoint is not None:
+            await endpoint.stop()
 
 
 class _IPv6Server(ThreadingHTTPServer):

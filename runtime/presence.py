@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from botweave.runtime.reload_plan import ReloadResult
-from botweave.store import Store, open_store
+from botweave.store import Store, open_store, store_failures
 from botweave.store.sqlite import sqlite_path
-from botweave.store_failures import store_failures
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,7 @@ from botweave.config import ConfigError
 from botweave.model_calls import import_litellm
 from botweave.runtime.connections import Platforms
 from botweave.runtime.exits import EXIT_CONFIG, EXIT_OK, EXIT_PLATFORM, EXIT_STORE
-from botweave.runtime.reload import Reloads
-from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, Watchdogs
+from botweave.runtime.watchdog import EXIT_STALLED, EXIT_STARTUP, LoopWatch, Watchdogs
 from botweave.store import StoreUnavailable
 from botweave.tasks import TaskOwner, spawn
 
@@ -40,9 +39,6 @@ class Served(Protocol):
     def adapters(self) -> Mapping[str, Adapter]: ...
 
     @property
-    def reloads(self) -> Reloads: ...
-
-    @property
     def needs_litellm(self) -> bool: ...
 
     async def start(self, platforms: Iterable[str] | None = None) -> None: ...
@@ -56,6 +52,7 @@ class Served(Protocol):
 async def serve(
     app: Served,
     platforms: Platforms,
+    loop_watch: LoopWatch,
     requested: Iterable[str] | None,
     on_started: Callable[[], None] | None = None,
     watchdogs: Watchdogs | None = None,
@@ -81,7 +78,7 @@ async def serve(
     if watchdogs is not None:
         watchdogs.arm()
     try:
-        return await _serve(app, platforms, requested, stop, on_started, watchdogs, reloads)
+        return await _serve(app, platforms, loop_watch, requested, stop, on_started, watchdogs, reloads)
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
@@ -118,6 +115,7 @@ class _Reloads:
 async def _serve(
     app: Served,
     platforms: Platforms,
+    loop_watch: LoopWatch,
     requested: Iterable[str] | None,
     stop: asyncio.Event,
     on_started: Callable[[], None] | None,
@@ -136,7 +134,7 @@ async def _serve(
     try:
         await app.start(requested)
         if watchdogs is not None:  # serving now: a stall is the loop watch's from here on
-            watchdogs.serving(app.reloads.loop_watch, asyncio.get_running_loop())
+            watchdogs.serving(loop_watch, asyncio.get_running_loop())
         reloads.serving()
     except StoreUnavailable as exc:
         log.error("%s", exc)

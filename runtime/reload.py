@@ -12,10 +12,10 @@ order is what makes it safe:
 2. Build the new generation; start the MCP servers that are new or whose settings changed
    (a server whose settings did not change is taken over, still connected).
 3. Swap, in one step with no await in between: the live generation, each platform's
-   effective settings (allowlists, policies, rate limits), push preferences' defaults, the
-   admission limits, and whatever follows the swap (`on_swap`: the loop watch's threshold,
-   the gateway's tokens and settings). A turn already running keeps the generation it started with; the next
-   item takes the new one.
+   effective settings (allowlists, policies, rate limits), and every part that follows the
+   swap (`on_swap`, registered by the builder: push preferences' defaults, the admission
+   limits, the digests, the loop watch's threshold, the gateway's tokens and settings). A
+   turn already running keeps the generation it started with; the next item takes the new one.
 4. Hand the schedules over: the old schedulers stop scheduling, the new ones start from the
    shared ledger (a job whose timing changed starts afresh rather than counting the old
    timing's occurrences as missed).
@@ -26,8 +26,9 @@ order is what makes it safe:
 
 Settings a running process cannot take (`store:`, `models:`, `ops.listen`, `gateway.listen`,
 `plugins:`) keep their running values; the reload says they wait for a restart. What
-changed is decided in runtime/reload_plan.py; `Reloads`, at the end, is the App's side of
-it all (the process's record for other processes, the loop watch, the ops endpoint's notes).
+changed is decided in runtime/reload_plan.py. `Reloading` is `App.reloads`; what other
+processes and the operator see of a process (its record, the loop watch, the ops endpoint)
+is the process's ops (runtime/ops.py), which reload through it.
 """
 
 from __future__ import annotations
@@ -43,15 +44,13 @@ from typing import Any
 from botweave.agents import Agent
 from botweave.config import ConfigError, PlatformConfig
 from botweave.metrics import CONFIG_RELOADS
-from botweave.runtime.builder import Lasting, admission_limits, build_generation
 from botweave.runtime.config import Config, load_config, unroutable_models
+from botweave.runtime.connections import Platforms
 from botweave.runtime.gateway import enable_web
-from botweave.runtime.generation import Generation
+from botweave.runtime.generation import Generation, Live
 from botweave.runtime.intake import Inbox, Intake, StreamIntake
-from botweave.runtime.ops import OpsServer, Readiness
-from botweave.runtime.presence import Presence
+from botweave.runtime.lifecycle import Role
 from botweave.runtime.reload_plan import Move, ReloadResult, changed_sections, keep_restart_only, platform_moves
-from botweave.runtime.watchdog import LoopWatch
 from botweave.tasks import TaskOwner
 from botweave.tooling import Tool
 from botweave.tools.python import function_tool
@@ -61,13 +60,15 @@ log = logging.getLogger(__name__)
 Loader = Callable[[], Config]
 #: Told of each generation a reload puts live, in the same step (nothing may await there).
 SwapHook = Callable[[Generation], None]
+#: Makes a generation from a configuration, wired to the App's lasting parts (the builder's).
+Rebuild = Callable[[Config], Generation]
 
 
 # --- applying ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Running:
+class _Started:
     """What `App.start` settled that a reload works within."""
 
     intake: Intake
@@ -80,38 +81,51 @@ class Running:
 
 
 class Reloading:
-    """The App's reloads, one at a time, each in the order the module docstring gives.
-
-    `offer` gives a new generation's agents the tools a program or plugin added with
-    `App.add_tool`; `receiver` is where the adapters of reconnected platforms hand what they
-    receive (the App)."""
+    """The App's reloads (`App.reloads`), one at a time, each in the order the module
+    docstring gives. A new generation is made by `rebuild` (the builder's, as the first was)
+    and gets the tools a program or plugin added with `App.add_tool` (`added`). Parts outside
+    the generation that follow each one put live register with `on_swap`. The builder hands
+    it the App as the receiver of reconnected platforms (`receive_with`), once the App exists."""
 
     def __init__(
-        self,
-        parts: Lasting,
-        receiver: Inbox,
-        *,
-        source: Path | None,
-        offer: Callable[[Mapping[str, Agent]], None],
-        start_digests: Callable[[], None],
+        self, live: Live, platforms: Platforms, rebuild: Rebuild, *, role: Role, source: Path | None
     ) -> None:
-        self._parts = parts
-        self._receiver = receiver
-        self._offer = offer
-        self._start_digests = start_digests
+        self._live = live
+        self._platforms = platforms
+        self._rebuild = rebuild
+        self._role = role
+        self._receiver: Inbox | None = None
+        #: The tools `App.add_tool` gave, offered to every generation a reload makes.
+        self.added = AddedTools()
         #: How the configuration is read again: the file the App was made from, unless the
         #: CLI says how it reads one (its default store, `--ops-listen`).
         self.loader: Loader | None = file_loader(source) if source is not None else None
-        self.running: Running | None = None
+        self._started: _Started | None = None
         #: The last reload's result (None before the first).
         self.last: ReloadResult | None = None
-        #: Parts outside the generation that follow each one a reload puts live (the loop
-        #: watch's threshold, the gateway's tokens).
-        self.on_swap: list[SwapHook] = []
+        self._followers: list[SwapHook] = []
         self._lock = asyncio.Lock()
         self._retiring: set[Generation] = set()
         self._tasks = TaskOwner("reload")
         self._read = _stat(source)  # the file as it was when it was last read
+
+    def receive_with(self, receiver: Inbox) -> None:
+        """Where the adapters of platforms a reload (re)connects hand what they receive."""
+        self._receiver = receiver
+
+    def on_swap(self, hook: SwapHook) -> None:
+        """Tell `hook` of each generation a reload puts live, in the swap's own step."""
+        self._followers.append(hook)
+
+    def read_with(self, loader: Loader) -> None:
+        """Read the configuration again with `loader` (how the CLI reads a file: its default
+        store, `--ops-listen`) instead of plainly loading the file the App was made from."""
+        self.loader = loader
+
+    def started(self, intake: Intake, background: TaskOwner, platforms: Iterable[str] | None, *, answers: bool) -> None:
+        """`App.start` is done: reloads work within what it started."""
+        requested = tuple(platforms) if platforms is not None else None
+        self._started = _Started(intake, background, requested, answers)
 
     async def reload(self, source: str | os.PathLike[str] | Config | None = None) -> ReloadResult:
         """Read the configuration again (or `source`: another file, or a `Config`), and apply
@@ -124,7 +138,7 @@ class Reloading:
         return result
 
     async def _reload(self, source: str | os.PathLike[str] | Config | None) -> ReloadResult:
-        old = self._parts.live.generation
+        old = self._live.generation
         before = old.revision
         try:
             config = await self._load(source)
@@ -140,18 +154,18 @@ class Reloading:
         if not applied and not moves:
             return ReloadResult("unchanged", before, before, restart=tuple(restart))
         try:
-            generation = build_generation(config, self._parts)
-            self._offer(generation.agents)
+            generation = self._rebuild(config)
+            self.added.offer(generation.agents)
         except ConfigError as exc:
             return ReloadResult("invalid", before, before, error=str(exc))
-        running = self.running
-        if running is not None and self._parts.role != "ingress":
+        started = self._started
+        if started is not None and self._role != "ingress":
             generation.tools.mcp.take_over(old.tools.mcp)
             await generation.tools.start(generation.agents)
         self._swap(generation, reconnecting=moves)
-        if running is not None and running.answers:
+        if started is not None and started.answers:
             await _hand_over_schedules(old, generation)
-        failed = await self._move(moves, sections) if running is not None else {}
+        failed = await self._move(moves, sections) if started is not None else {}
         self._retiring.add(old)
         self._tasks.spawn(self._retire(old), name=f"retire configuration revision {before}")
         return ReloadResult(
@@ -167,7 +181,7 @@ class Reloading:
             if loader is None:
                 raise ConfigError(["this bot was not made from a configuration file, so there is none to read again"])
             config = await asyncio.to_thread(loader)  # it imports the Python tools the file names
-        if self._parts.role != "ingress":  # a process that runs turns checks what `check` checks
+        if self._role != "ingress":  # a process that runs turns checks what `check` checks
             problems = await asyncio.to_thread(unroutable_models, config)
             if problems:
                 raise ConfigError(problems)
@@ -175,26 +189,23 @@ class Reloading:
 
     def _enabled(self, config: Config) -> dict[str, PlatformConfig]:
         """The platforms of `config` this process runs (those `App.start` was asked for)."""
-        if self.running is None:
+        if self._started is None:
             return {}
-        return config.enabled_platforms(self.running.requested, warn=False)
+        return config.enabled_platforms(self._started.requested, warn=False)
 
     def _swap(self, generation: Generation, *, reconnecting: Collection[str]) -> None:
-        """Everything the next item reads, switched in one step (nothing here awaits)."""
-        parts, config = self._parts, generation.config
-        parts.live.generation = generation
-        parts.platforms.reconfigure(config, reconnecting)
-        parts.preferences.configure(config.push)
-        parts.admission.limits = admission_limits(config.admission)
-        for hook in self.on_swap:
+        """Everything the next item reads, switched in one step (nothing here awaits): the
+        live generation, each platform's effective settings, then every follower (push
+        preferences' defaults, the admission limits, the loop watch, the gateway, ...)."""
+        self._live.generation = generation
+        self._platforms.reconfigure(generation.config, reconnecting)
+        for hook in self._followers:
             hook(generation)
-        if config.push.directory:
-            self._start_digests()
 
     async def _move(self, moves: Mapping[str, Move], sections: Mapping[str, PlatformConfig]) -> dict[str, str]:
         """Reconnect, start or stop each platform in `moves`; the ones that failed, with why."""
-        assert self.running is not None
-        intake, platforms = self.running.intake, self._parts.platforms
+        assert self._started is not None and self._receiver is not None
+        intake, platforms = self._started.intake, self._platforms
         failed: dict[str, str] = {}
         for name, move in moves.items():
             section = sections.get(name)
@@ -204,7 +215,7 @@ class Reloading:
                 failed[name] = failure
             adapter = platforms.adapters.get(name)
             if isinstance(intake, StreamIntake) and not (adapter is not None and adapter.local):
-                intake.lead(name, section if adapter is not None else None, self._receiver, self.running.background, platforms)
+                intake.lead(name, section if adapter is not None else None, self._receiver, self._started.background, platforms)
         return failed
 
     async def _retire(self, old: Generation) -> None:
@@ -216,8 +227,8 @@ class Reloading:
     def drift(self) -> dict[str, str]:
         """How the configuration file differs from what runs, if it does: a reload refused
         it, it changed since it was read, or it changed settings only a restart applies."""
-        last, source = self.last, self._parts.live.generation.config.source
-        revision = self._parts.live.generation.revision
+        last, source = self.last, self._live.generation.config.source
+        revision = self._live.generation.revision
         if last is not None and last.status == "invalid" and self.loader is not None:
             return {"config": f"the file on disk differs from what runs (revision {revision}): {last.problems()}"}
         if self.loader is not None and source is not None and _stat(source) != self._read:
@@ -225,6 +236,13 @@ class Reloading:
         if last is not None and last.restart:
             return {"config": f"{', '.join(last.restart)} changed in the file; the running values stay until a restart"}
         return {}
+
+    def config_status(self) -> dict[str, str]:
+        """The revision this process runs and, under `differs`, how the file on disk differs
+        from it (a reload refused it, it was edited since, or it changed settings only a
+        restart applies): what the gateway's `health` reports."""
+        note = self.drift().get("config")
+        return {"revision": self._live.generation.revision, **({"differs": note} if note else {})}
 
     async def stop(self) -> None:
         """The App stops: the generations still being retired are stopped now."""
@@ -265,87 +283,6 @@ def _stat(source: Path | None) -> tuple[int, int] | None:
     except OSError:
         return (0, 0)
     return (status.st_mtime_ns, status.st_size)
-
-
-class Reloads:
-    """The App's side of reloading and of being watched, so that the App only delegates:
-    its reloads (`Reloading`), the tools `add_tool` gave (offered to every new generation),
-    the loop watch and the ops endpoint's notes on the file, and, on a store other processes
-    open, the record through which `botweave reload` and `doctor` reach this process
-    (runtime/presence.py)."""
-
-    def __init__(self, parts: Lasting, receiver: Inbox, config: Config, background: TaskOwner) -> None:
-        self._parts = parts
-        self._background = background
-        self.added = AddedTools()
-        self.reloading = Reloading(
-            parts, receiver, source=config.source, offer=self.added.offer, start_digests=self.start_digests
-        )
-        #: How far behind the event loop is, watched from a thread while the ops endpoint is
-        #: served or the process's watchdogs are on (runtime/watchdog.py).
-        self.loop_watch = LoopWatch(config.ops.loop_stall_seconds)
-        self.on_swap(lambda generation: self.loop_watch.set_threshold(generation.config.ops.loop_stall_seconds))
-        self._presence: Presence | None = None
-        self._digests = False
-
-    def on_swap(self, hook: SwapHook) -> None:
-        self.reloading.on_swap.append(hook)
-
-    def read_with(self, loader: Loader) -> None:
-        """Read the configuration again with `loader` (how the CLI reads a file: its default
-        store, `--ops-listen`) instead of plainly loading the file the App was made from."""
-        self.reloading.loader = loader
-
-    def ops_server(self, listen: str, readiness: Readiness) -> OpsServer:
-        """The ops endpoint, answering `/healthz` from the loop watch (started here) and
-        naming in `/readyz` how the file on disk differs from what runs."""
-        self.loop_watch.start(asyncio.get_running_loop())
-        return OpsServer(listen, readiness, notes=self.reloading.drift, stalled=self.loop_watch.stalled)
-
-    def start_digests(self) -> None:
-        """Push digests go out once a configuration has a push directory (at start or after
-        a reload), from one task for the App's life."""
-        if not self._digests:
-            self._digests = True
-            notices, life = self._parts.notices, self._parts.life
-            self._background.spawn(notices.flush_digests(life.stopping), name="notification digests")
-
-    def started(self, intake: Intake, platforms: Iterable[str] | None, *, answers: bool, receive: bool) -> None:
-        """`App.start` is done: reloads work within what it started, and a process that
-        receives on a store others open keeps its record there."""
-        requested = tuple(platforms) if platforms is not None else None
-        self.reloading.running = Running(intake, self._background, requested, answers)
-        parts = self._parts
-        if receive and parts.store.external:
-            live = parts.live
-            self._presence = Presence(
-                parts.store, role=parts.role, revision=lambda: live.generation.revision,
-                source=lambda: str(live.generation.config.source) if live.generation.config.source else None,
-                drift=self.reloading.drift, reload=self.reload,
-            )
-            self._background.spawn(self._presence.run(parts.life.stopping), name="presence")
-
-    async def reload(
-        self, source: str | os.PathLike[str] | Config | None = None, *, everywhere: bool = False
-    ) -> ReloadResult:
-        """See `App.reload`."""
-        result = await self.reloading.reload(source)
-        if everywhere and self._presence is not None:
-            await self._presence.ask_others()
-        if self._presence is not None:
-            await self._presence.announce()
-        return result
-
-    def config_status(self) -> dict[str, str]:
-        """The revision this process runs and, under `differs`, how the file on disk differs
-        from it (a reload refused it, it was edited since, or it changed settings only a
-        restart applies): what the gateway's `health` reports."""
-        note = self.reloading.drift().get("config")
-        return {"revision": self._parts.live.generation.revision, **({"differs": note} if note else {})}
-
-    async def stop(self) -> None:
-        await self.reloading.stop()
-        self.loop_watch.stop()
 
 
 class AddedTools:

@@ -43,8 +43,7 @@ from botweave.cron import Clock, CronScheduler, Job, cron_trigger
 from botweave.delivery import Delivery
 from botweave.replies import format_footer, is_silent, with_footer
 from botweave.runtime.turns import user_entry
-from botweave.store import Store
-from botweave.store_failures import store_failures
+from botweave.store import Store, store_failures
 from botweave.targets import Targets
 from botweave.tooling import ToolContext
 from botweave.tracing import Traced

@@ -304,3 +304,25 @@ async def test_targets_resolve_and_unknown_ones_report_no_route():
     assert result.ok and adapter.sent[-1].chat_id == "c9" and adapter.sent[-1].thread_id == "t1"
     assert (await app.send_to("nowhere:c1", "x")).status == "no_route"
     assert (await app.send_to("test", "x")).status == "no_route"  # no home chat configured
+
+
+
+PLUGGED: list[App] = []
+
+
+def _plugin(app: App) -> None:
+    PLUGGED.append(app)
+
+
+def test_from_config_makes_the_class_it_is_called_on_and_its_plugins_get_that_app():
+    """The builder makes the App from the class `from_config` was called on, so a program's
+    subclass is what it gets back, and what a plugin's setup is handed."""
+
+    class MyApp(App):
+        pass
+
+    PLUGGED.clear()
+    app = MyApp.from_config({**config(), "plugins": ["tests.test_app:_plugin"]})
+    assert type(app) is MyApp
+    assert PLUGGED == [app]
+    assert app.plugins[-1] == "plugins.0 (tests.test_app:_plugin)"  # after any installed ones

@@ -8,9 +8,8 @@ import sys
 import uuid
 
 import pytest
-from botweave.store import SQLiteStore
+from botweave.store import SQLiteStore, store_failures
 from botweave.store.redis import RedisStore
-from botweave.store_failures import store_failures
 
 
 async def test_a_redis_refusal_is_a_store_failure(redis_url):

@@ -20,8 +20,9 @@ import threading
 import time
 from collections.abc import Coroutine
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from botweave.adapter import Adapter
 from botweave.types import META_CONVERSATION, BotChannel, BotMessage, BotUser, MessageType, QuotedRef
 from imap_tools.errors import MailboxLoginError
 from imap_tools.mailbox import BaseMailBox
@@ -30,9 +31,6 @@ from . import imap
 from .config import EmailConfig
 from .mail import Mail, allowed, authenticated, parse
 from .records import Records
-
-if TYPE_CHECKING:
-    from .adapter import EmailAdapter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -53,7 +51,7 @@ HANDOFF_TIMEOUT_S = 120.0
 class MailReader:
     """The receiving thread of one mailbox; see the module docstring."""
 
-    def __init__(self, adapter: EmailAdapter, config: EmailConfig, records: Records) -> None:
+    def __init__(self, adapter: Adapter, config: EmailConfig, records: Records) -> None:
         self.adapter = adapter
         self.config = config
         self.records = records

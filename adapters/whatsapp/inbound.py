@@ -33,19 +33,41 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from botweave.adapter import Acknowledge
 from botweave.mime import clean_mime
 from botweave.payload import clean_text
-from botweave.types import BotChannel, BotMessage, BotUser, MessageType, PlatformEvent, PressAnswer, QuotedRef
+from botweave.types import (
+    BotChannel,
+    BotMessage,
+    BotUser,
+    MessageActionResult,
+    MessageType,
+    PlatformEvent,
+    PressAnswer,
+    QuotedRef,
+)
 
 from ..cache import BoundedCache
 from .memory import Memory, Remembered, now
 
-if TYPE_CHECKING:
-    from .adapter import WhatsAppAdapter
-
 log = logging.getLogger(__name__)
+
+
+class Receiving(Protocol):
+    """The adapter, as its inbound part uses it (a protocol, so the two modules do not import
+    each other)."""
+
+    display_phone: str
+
+    async def dispatch(self, item: BotMessage | PlatformEvent) -> bool: ...
+
+    async def pressed(self, event: PlatformEvent, acknowledge: Acknowledge) -> bool: ...
+
+    async def send(self, chat_id: str, text: str, *, reply_to: str | None = None) -> MessageActionResult: ...
+
+    def taken(self, chat_id: str, message_id: str) -> None: ...
 
 PLATFORM = "whatsapp"
 MEDIA_KINDS = ("image", "document", "audio", "video", "sticker")
@@ -100,7 +122,7 @@ def sender_ids(message: dict[str, Any], contacts: list[Any]) -> tuple[str, str, 
 
 
 class WhatsAppInbound:
-    def __init__(self, adapter: WhatsAppAdapter, memory: Memory, *, phone_number_id: str) -> None:
+    def __init__(self, adapter: Receiving, memory: Memory, *, phone_number_id: str) -> None:
         self._adapter = adapter
         self._memory = memory
         self._phone_number_id = phone_number_id

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from botweave.store.carrier import InboundCarrier
-    from botweave.store.patient import Patience
+    from botweave.store.patience import Patience
 
 #: What `set_if_absent_capped` did: wrote the key, found it there, or found no room.
 CappedSet = Literal["set", "exists", "full"]
@@ -232,15 +232,6 @@ class Store(ABC):
         store, as they happen; None for a store only this process uses (its appends are known
         to whoever made them)."""
         return None
-
-
-class StoreUnavailable(RuntimeError):
-    """The store cannot be reached; the message names the URL without its password."""
-
-
-class StoreOutage(RuntimeError):
-    """One operation failed for a reason that passes (a timeout, a lost connection, a database
-    busy with another writer). Retrying later is the right response, not giving up."""
 
 
 def redact_url(url: str) -> str:

@@ -25,13 +25,9 @@ import asyncio
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from botweave.store.base import StoreOutage
 from botweave.types import BotMessage, PlatformEvent, revision_suffix
-
-if TYPE_CHECKING:
-    from botweave.adapter import Adapter
 
 #: What a platform hands over: a message, or an event (a reaction, an edit, a button press, ...).
 Received = BotMessage | PlatformEvent
@@ -59,12 +55,16 @@ def decode(raw: str) -> Received:
     return PlatformEvent(**payload["data"])
 
 
-def outage_errors() -> tuple[type[BaseException], ...]:
-    """Failures that mean "the store is away", from the store layer or from a carrier that
-    talks to its server directly (redis-py's own errors)."""
-    from botweave.store.redis import passing_errors
+class Connection(Protocol):
+    """What a leader does with a platform's receiving connection (an adapter, to the runtime):
+    open it, and close it when it lets go or loses the lock."""
 
-    return (StoreOutage, *passing_errors())
+    @property
+    def mode(self) -> str: ...
+
+    async def start(self, *, inbound: bool = True) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class PlatformLeader(Protocol):
@@ -76,7 +76,7 @@ class PlatformLeader(Protocol):
     #: The receiving adapter while this process holds the connection (readiness reads it).
     adapter: Any
 
-    def renew(self, make_adapter: Callable[[], Adapter] | None) -> None: ...
+    def renew(self, make_adapter: Callable[[], Connection] | None) -> None: ...
 
     async def run(self, stop: asyncio.Event) -> None: ...
 
@@ -120,7 +120,7 @@ class InboundCarrier(ABC):
         outage longer than the grace. Only a shared carrier has anything to read: the others'
         items are answered by the process that recorded them, so this returns at once."""
 
-    def leader(self, platform: str, make_adapter: Callable[[], Adapter]) -> PlatformLeader | None:
+    def leader(self, platform: str, make_adapter: Callable[[], Connection]) -> PlatformLeader | None:
         """Who holds `platform`'s receiving connection (made by `make_adapter`) among the
         processes sharing the store; None when nobody else receives from it (not `shared`):
         this process holds its connections itself."""

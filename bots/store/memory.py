@@ -12,7 +12,7 @@ from typing import Any
 from botweave.store.base import Append, CappedSet, LogSlice, Operation, Put, Remove, Store
 from botweave.store.carrier import InboundCarrier
 from botweave.store.journal import InboundJournal
-from botweave.store.patient import Patience
+from botweave.store.patience import Patience
 
 Clock = Callable[[], float]
 

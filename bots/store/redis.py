@@ -29,14 +29,13 @@ from botweave.store.base import (
     Operation,
     Put,
     Store,
-    StoreOutage,
-    StoreUnavailable,
     redact_url,
 )
+from botweave.store.errors import StoreOutage, StoreUnavailable, passing_errors
 
 if TYPE_CHECKING:
     from botweave.store.carrier import InboundCarrier
-    from botweave.store.patient import Patience
+    from botweave.store.patience import Patience
 
 log = logging.getLogger(__name__)
 
@@ -254,14 +253,6 @@ def _counting_client(pool: Any) -> Any:
             return CountingPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
     return CountingRedis(connection_pool=pool)
-
-
-def passing_errors() -> tuple[type[BaseException], ...]:
-    """The redis-py errors that say "not now" rather than "never": a retry may succeed."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    return (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def _outages(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:

@@ -21,14 +21,12 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from botweave.store.patient import Patience
-from botweave.store.redis import passing_errors
+from botweave.store.carrier import Connection
+from botweave.store.errors import passing_errors
+from botweave.store.patience import Patience
 from botweave.tasks import spawn
-
-if TYPE_CHECKING:
-    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -158,14 +156,14 @@ class RedisLeader:
     def __init__(
         self,
         platform: str,
-        make_adapter: Callable[[], Adapter],
+        make_adapter: Callable[[], Connection],
         redis: Any,
         key: str,
         ttl: float,
         patience: Patience | None = None,
     ) -> None:
         self.platform = platform
-        self._make_adapter: Callable[[], Adapter] | None = make_adapter
+        self._make_adapter: Callable[[], Connection] | None = make_adapter
         self._redis = redis
         self._key = key
         self._ttl = ttl
@@ -174,7 +172,7 @@ class RedisLeader:
         self._patience = patience or Patience()
         self._renewed = asyncio.Event()
 
-    def renew(self, make_adapter: Callable[[], Adapter] | None) -> None:
+    def renew(self, make_adapter: Callable[[], Connection] | None) -> None:
         """Connect with `make_adapter` from now on, or not at all (None: the platform was
         switched off, and `run` returns)."""
         self._make_adapter = make_adapter

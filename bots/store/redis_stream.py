@@ -30,19 +30,16 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from botweave.conversations import conversation_key
-from botweave.store.carrier import Handler, InboundCarrier, Received, decode, dedup_key, encode, outage_errors
-from botweave.store.patient import Patience
-from botweave.store.redis import RedisStore, passing_errors
+from botweave.store.carrier import Connection, Handler, InboundCarrier, Received, decode, dedup_key, encode
+from botweave.store.errors import outage_errors, passing_errors
+from botweave.store.patience import Patience
 from botweave.store.redis_lease import Lease, RedisLeader
 from botweave.store.redis_lease import pause as _pause
 from botweave.tasks import TaskOwner, spawn
 from botweave.types import BotMessage
-
-if TYPE_CHECKING:
-    from botweave.adapter import Adapter
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +84,17 @@ class LeaseLost(RuntimeError):
     """The conversation lock was taken over while a turn ran; the turn stops, unacknowledged."""
 
 
+class Keyspace(Protocol):
+    """The part of the Redis store the stream uses: its client and its key names (the store
+    hands itself over, and this module never imports it, so the store can hand out its
+    carrier without a circle)."""
+
+    @property
+    def client(self) -> Any: ...
+
+    def key(self, key: str) -> str: ...
+
+
 class InboundStream(InboundCarrier):
     """The Redis store's carrier: one stream, read by every worker through a consumer group."""
 
@@ -94,7 +102,7 @@ class InboundStream(InboundCarrier):
 
     def __init__(
         self,
-        store: RedisStore,
+        store: Keyspace,
         *,
         lease: float = 10.0,
         lock_ttl: float = 10.0,
@@ -170,7 +178,7 @@ class InboundStream(InboundCarrier):
     async def done(self, entry: str) -> None:
         await self.redis.xack(self.stream, GROUP, entry)
 
-    def leader(self, platform: str, make_adapter: Callable[[], Adapter]) -> RedisLeader:
+    def leader(self, platform: str, make_adapter: Callable[[], Connection]) -> RedisLeader:
         """A leader lock that lives as long as a conversation's (`lock_ttl`) after its holder
         stops renewing it."""
         return RedisLeader(platform, make_adapter, self.redis, self.store.key(f"leader:{platform}"), self.lock_ttl, self._patience)

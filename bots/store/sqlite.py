@@ -45,12 +45,11 @@ from botweave.store.base import (
     Put,
     Remove,
     Store,
-    StoreOutage,
-    StoreUnavailable,
 )
 from botweave.store.carrier import InboundCarrier
+from botweave.store.errors import StoreOutage, StoreUnavailable
 from botweave.store.journal import InboundJournal
-from botweave.store.patient import Patience
+from botweave.store.patience import Patience
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from botweave.targets import Targets
 from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult
 
 
-class Outgoing:
+class Poster:
     def __init__(
         self, config: Config, delivery: Delivery, targets: Targets, buttons: ButtonBook, adapters: Mapping[str, Adapter]
     ) -> None:
