@@ -68,7 +68,7 @@ durable outbox (an intent before the send, a confirmation after it).
                           [--case cpu|latency|streaming|throughput|ceiling|litellm-serial|litellm-cpu|litellm-throughput|litellm|all]
                           [--chats 200] [--messages 5] [--serial-messages 1000] [--repeat N]
                           [--store memory|sqlite|default] [--quick]
-                          [--profile] [--trace] [--model-processes N] [--defaults] [--model http|in-process]
+                          [--profile] [--profile-gil] [--trace] [--model-processes N] [--defaults] [--model http|in-process]
 
 `--defaults` runs botweave as a new user does: no `store:` and no `models:` section (the
 SQLite file next to its config, model calls in its own process). `--model in-process` gives
