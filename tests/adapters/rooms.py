@@ -538,7 +538,8 @@ class Verbose:
     def register(cls) -> str:
         """The model name that answers this way."""
         from botweave.model_calls import litellm_module
-        from botweave.offline_model import OfflineEcho
+
+        from tests.echo_provider import OfflineEcho
 
         text = cls.text
 

@@ -391,8 +391,10 @@ class _SlowEcho:
     @classmethod
     def register(cls) -> None:
         from botweave.model_calls import litellm_module
-        from botweave.offline_model import OfflineEcho, echo_reply
+        from botweave.offline_model import echo_reply
         from litellm.types.utils import GenericStreamingChunk
+
+        from tests.echo_provider import OfflineEcho
 
         class SlowEcho(OfflineEcho):
             async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any):  # type: ignore[override]

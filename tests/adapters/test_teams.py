@@ -225,16 +225,17 @@ async def test_a_mention_of_someone_else_is_kept_as_their_name(bot: Bot, emulato
 @pytest.fixture
 def slow_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     """The offline model streams word by word 150 ms apart, like a real model would."""
-    from botweave.offline_model import OfflineEcho
+    from botweave.model_calls import ModelOutput
+    from botweave.offline_model import OfflineCalls
 
-    original = OfflineEcho.astreaming
+    original = OfflineCalls.stream
 
-    async def paced(self: OfflineEcho, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        async for chunk in original(self, *args, **kwargs):
+    async def paced(self: OfflineCalls, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
+        async for piece in original(self, request):
             await asyncio.sleep(0.15)
-            yield chunk
+            yield piece
 
-    monkeypatch.setattr(OfflineEcho, "astreaming", paced)
+    monkeypatch.setattr(OfflineCalls, "stream", paced)
 
 
 @pytest.mark.usefixtures("slow_stream")
