@@ -30,7 +30,7 @@ from botweave.conversations import conversation_key, direct_conversation
 from botweave.events import ConversationEvents, RunEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
-from botweave.store import Store
+from botweave.store import Put, Store
 from botweave.streaming import Rewind, StreamingReply
 from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile, revision_suffix
 
@@ -154,9 +154,12 @@ class Outbox:
         await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
         return at
 
-    async def confirm(self, chunk_key: str, message_id: str | None) -> None:
+    def confirm(self, chunk_key: str, message_id: str | None) -> None:
+        """Queued behind the send, not waited for (`Store.later`): the next chunk and the turn
+        go on at once, and every later look at this record sees it. A crash that loses it
+        leaves the intent, which is settled as any unconfirmed chunk is."""
         record = json.dumps({"s": "sent", "id": message_id, "at": time.time()})
-        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
+        self.store.later(Put(self._key(chunk_key), record, self.ttl))
 
 
 @dataclass
@@ -330,7 +333,7 @@ class Delivery:
             delivered.failures.append(result)
             log.warning("%s: sending a file to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
         elif outbox is not None and file_key is not None:
-            await outbox.confirm(file_key, ",".join(delivered.message_ids) or None)
+            outbox.confirm(file_key, ",".join(delivered.message_ids) or None)
         await self.after_send(to, delivered, origin, file=file)
         return delivered
 
@@ -365,11 +368,11 @@ class Delivery:
             if unsettled:
                 found = await self._settle(to, chunk_key, since)
                 if found is not None:
-                    await outbox.confirm(chunk_key, found)
+                    outbox.confirm(chunk_key, found)
                     return MessageActionResult("ok", to.chat_id, "sent earlier", message_id=found)
             result = await self._send(to, text, index, identity, chunk_key, buttons)
             if result.ok:
-                await outbox.confirm(chunk_key, result.message_id)
+                outbox.confirm(chunk_key, result.message_id)
                 return result
             if not result.retryable:  # the platform refused it: nothing was posted, and would not be
                 break

@@ -41,7 +41,7 @@ from typing import Any
 
 from botweave.conversations import conversation_key
 from botweave.runtime.locks import Lease
-from botweave.store import Patience, Put, Store, StoreOutage
+from botweave.store import Patience, Put, Remove, Store, StoreOutage
 from botweave.store.redis import RedisStore, passing_errors
 from botweave.tasks import TaskOwner, spawn
 from botweave.types import BotMessage, PlatformEvent, revision_suffix
@@ -540,7 +540,9 @@ class InboundJournal:
         return found
 
     async def done(self, entry: str) -> None:
-        await self.store.delete(entry)
+        # Not waited for: a crash that loses the removal answers the item again at the next
+        # start, where its turn's marker and the outbox keep it from being sent twice.
+        self.store.later(Remove(entry))
 
 
 class PlatformLeader:

@@ -47,7 +47,7 @@ from botweave.events import ConversationEvents
 from botweave.pipeline import Handler, Inbound, Step, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
 from botweave.runtime.turns import run_events, turn_marker, user_entry
-from botweave.store import Store
+from botweave.store import Put, Remove, Store
 from botweave.types import META_RECEIVED_AT, META_REVISION, BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -380,7 +380,9 @@ class TurnControl:
         chat = (msg.platform, msg.channel.channel_id)
         running_key = f"ctl:running:{inbound.conversation}"
         running = json.dumps({"message": msg.message_id, "user": msg.sender.user_id, "name": msg.sender.name})
-        await self._store.set(running_key, running, ttl=RUNNING_TTL_S)
+        # What the turn writes for others to read (a /stop asking who runs) is queued behind
+        # it, never waited for: every later read sees it.
+        self._store.later(Put(running_key, running, RUNNING_TTL_S))
         waker = asyncio.Event()
         self._wakers.setdefault(chat, set()).add(waker)
         signal_key = _signal_key(*chat)
@@ -399,7 +401,7 @@ class TurnControl:
                 try:
                     now = await self._store.get(signal_key)
                     if time.monotonic() - renewed > RUNNING_TTL_S / 3:
-                        await self._store.set(running_key, running, ttl=RUNNING_TTL_S)
+                        self._store.later(Put(running_key, running, RUNNING_TTL_S))
                         renewed = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - a missed look only delays a stop
                     log.debug("turn control could not read its signal: %s", exc)
@@ -428,8 +430,7 @@ class TurnControl:
                 wakers.discard(waker)
                 if not wakers:
                     del self._wakers[chat]
-            with contextlib.suppress(Exception):
-                await self._store.delete(running_key)
+            self._store.later(Remove(running_key))
 
     async def _cancelled(self, inbound: Inbound, agent: Agent, reason: Reason, *, started: bool) -> TurnOutcome:
         """A turn that will not (go on to) answer: history as the reason says, and its marker,
@@ -474,7 +475,7 @@ class TurnControl:
             "reply": list(delivered.message_ids),
         }
         where = (msg.platform, msg.channel.channel_id, msg.message_id)
-        await self._store.set(_message_key("replied", *where), json.dumps(record, ensure_ascii=False), ttl=window)
+        self._store.later(Put(_message_key("replied", *where), json.dumps(record, ensure_ascii=False), window))
 
     @staticmethod
     async def tell_failure(reply: ReplyChannel) -> None:
