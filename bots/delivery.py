@@ -148,11 +148,19 @@ class Outbox:
             return ChunkRecord(True, float(data.get("at") or 0), data.get("id"))
         return ChunkRecord(False, float(data.get("at") or 0))
 
-    async def intend(self, chunk_key: str) -> float:
-        at = time.time()
-        record = json.dumps({"s": "intent", "at": at, "by": PROCESS})
-        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
-        return at
+    async def begin(self, chunk_key: str) -> tuple[ChunkRecord, bool]:
+        """The chunk's record before a send: the intent this call wrote (True), or what an
+        earlier attempt left (False: sent, or only intended). The check and the intent are
+        one store call; only a chunk found there is read again."""
+        while True:
+            at = time.time()
+            intent = json.dumps({"s": "intent", "at": at, "by": PROCESS})
+            if await self.store.set_if_absent(self._key(chunk_key), intent, ttl=self.ttl):
+                return ChunkRecord(False, at), True
+            found = await self.record(chunk_key)
+            if found is not None:
+                return found, False
+            # it expired between the two calls: claim it again
 
     def confirm(self, chunk_key: str, message_id: str | None) -> None:
         """Queued behind the send, not waited for (`Store.later`): the next chunk and the turn
@@ -317,14 +325,13 @@ class Delivery:
         file_key = f"{key}:file" if key is not None else None
         outbox = self.outbox if file_key is not None else None
         if outbox is not None and file_key is not None:
-            record = await outbox.record(file_key)
-            if record is not None and record.sent:
+            record, _ = await outbox.begin(file_key)
+            if record.sent:
                 log.debug("%s: file %s of %s was already sent", to.adapter.platform, file.filename, key)
                 delivered.message_ids.extend((record.message_id or "").split(",") if record.message_id else [])
                 return delivered
             # No platform can tell whether an earlier upload of this file went out: an
             # unconfirmed one is sent again (at least once), like a Telegram message.
-            await outbox.intend(file_key)
         result = await to.adapter.send_file(
             to.chat_id, file, caption=final, thread_id=to.thread_id, reply_to=to.reply_to
         )
@@ -354,12 +361,12 @@ class Delivery:
         if key is None or outbox is None:
             return await self._send(to, text, index, identity, None, buttons)
         chunk_key = f"{key}:{index}"
-        record = await outbox.record(chunk_key)
-        if record is not None and record.sent:
+        record, fresh = await outbox.begin(chunk_key)
+        if record.sent:
             log.debug("%s: chunk %s of %s was already sent", to.adapter.platform, index, key)
             return MessageActionResult("ok", to.chat_id, "already sent", message_id=record.message_id)
-        unsettled = record is not None  # an earlier attempt may have reached the platform
-        since = record.at if record is not None else await outbox.intend(chunk_key)
+        unsettled = not fresh  # an earlier attempt may have reached the platform
+        since = record.at
         result = MessageActionResult("failed", to.chat_id, "not sent")
         for pause in (0.0, *RESEND_PAUSES_S):
             if pause:

@@ -42,6 +42,7 @@ from typing import Any
 from botweave.conversations import conversation_key
 from botweave.runtime.locks import Lease
 from botweave.store import Patience, Put, Remove, Store, StoreOutage
+from botweave.store.numbers import Numbers
 from botweave.store.redis import RedisStore, passing_errors
 from botweave.tasks import TaskOwner, spawn
 from botweave.types import BotMessage, PlatformEvent, revision_suffix
@@ -511,11 +512,12 @@ class InboundJournal:
     def __init__(self, store: Store, dedup_ttl: float) -> None:
         self.store = store
         self.dedup_ttl = dedup_ttl
+        self._numbers = Numbers(store, "inbox:seq")  # a store call per thousand items, not per item
 
     async def record(self, item: BotMessage | PlatformEvent) -> str | None:
         """Write the item before the platform is acknowledged; None when `dedup_key` says it
         was seen already (a platform retry). The dedup key and the entry land together."""
-        number = await self.store.incr("inbox:seq")
+        number = await self._numbers.take()
         entry = f"inbox:item:{number:012d}"
         key = dedup_key(item)
         if key is None:

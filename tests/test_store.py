@@ -22,6 +22,7 @@ from botweave.store import (
     StoreOutage,
     StoreUnavailable,
 )
+from botweave.store.numbers import Numbers
 from botweave.store.redis import RedisStore
 from botweave.store.sqlite import sqlite_path
 
@@ -389,6 +390,20 @@ async def test_a_patient_store_passes_deferred_writes_on(tmp_path):
         await patient.settled()
     finally:
         await patient.close()
+
+
+async def test_numbers_rise_in_the_order_asked_across_refills_and_never_repeat(store):
+    """A block per store call: callers that ask at once, across a refill, get theirs in the
+    order they asked; another holder (another process, a restart) never gets the same one."""
+    first = Numbers(store, "seq", block=4)
+    taken = await asyncio.gather(*(first.take() for _ in range(10)))
+    assert taken == sorted(taken) and len(set(taken)) == 10
+    assert await store.get("seq") == "12"  # three blocks of four: one store call per block
+    second = Numbers(store, "seq", block=4)  # another process, or the next start
+    theirs = [await second.take() for _ in range(5)]
+    assert min(theirs) > max(taken)
+    mine = await first.take()
+    assert mine not in theirs and mine > max(taken)
 
 
 async def test_a_log_numbers_its_entries_and_keeps_the_newest(store):
