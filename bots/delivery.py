@@ -30,7 +30,7 @@ from botweave.conversations import conversation_key, direct_conversation
 from botweave.events import ConversationEvents, RunEvents
 from botweave.hooks import HookEvent, HookRegistry
 from botweave.replies import chunk_text, format_footer, is_silent, measure, with_footer
-from botweave.store import Store
+from botweave.store import Put, Store
 from botweave.streaming import Rewind, StreamingReply
 from botweave.types import AgentIdentity, BotMessage, Button, MessageActionResult, OutboundFile, revision_suffix
 
@@ -148,15 +148,26 @@ class Outbox:
             return ChunkRecord(True, float(data.get("at") or 0), data.get("id"))
         return ChunkRecord(False, float(data.get("at") or 0))
 
-    async def intend(self, chunk_key: str) -> float:
-        at = time.time()
-        record = json.dumps({"s": "intent", "at": at, "by": PROCESS})
-        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
-        return at
+    async def begin(self, chunk_key: str) -> tuple[ChunkRecord, bool]:
+        """The chunk's record before a send: the intent this call wrote (True), or what an
+        earlier attempt left (False: sent, or only intended). The check and the intent are
+        one store call; only a chunk found there is read again."""
+        while True:
+            at = time.time()
+            intent = json.dumps({"s": "intent", "at": at, "by": PROCESS})
+            if await self.store.set_if_absent(self._key(chunk_key), intent, ttl=self.ttl):
+                return ChunkRecord(False, at), True
+            found = await self.record(chunk_key)
+            if found is not None:
+                return found, False
+            # it expired between the two calls: claim it again
 
-    async def confirm(self, chunk_key: str, message_id: str | None) -> None:
+    def confirm(self, chunk_key: str, message_id: str | None) -> None:
+        """Queued behind the send, not waited for (`Store.later`): the next chunk and the turn
+        go on at once, and every later look at this record sees it. A crash that loses it
+        leaves the intent, which is settled as any unconfirmed chunk is."""
         record = json.dumps({"s": "sent", "id": message_id, "at": time.time()})
-        await self.store.set(self._key(chunk_key), record, ttl=self.ttl)
+        self.store.later(Put(self._key(chunk_key), record, self.ttl))
 
 
 @dataclass
@@ -314,14 +325,13 @@ class Delivery:
         file_key = f"{key}:file" if key is not None else None
         outbox = self.outbox if file_key is not None else None
         if outbox is not None and file_key is not None:
-            record = await outbox.record(file_key)
-            if record is not None and record.sent:
+            record, _ = await outbox.begin(file_key)
+            if record.sent:
                 log.debug("%s: file %s of %s was already sent", to.adapter.platform, file.filename, key)
                 delivered.message_ids.extend((record.message_id or "").split(",") if record.message_id else [])
                 return delivered
             # No platform can tell whether an earlier upload of this file went out: an
             # unconfirmed one is sent again (at least once), like a Telegram message.
-            await outbox.intend(file_key)
         result = await to.adapter.send_file(
             to.chat_id, file, caption=final, thread_id=to.thread_id, reply_to=to.reply_to
         )
@@ -330,7 +340,7 @@ class Delivery:
             delivered.failures.append(result)
             log.warning("%s: sending a file to %s failed: %s %s", to.adapter.platform, to.chat_id, result.status, result.detail)
         elif outbox is not None and file_key is not None:
-            await outbox.confirm(file_key, ",".join(delivered.message_ids) or None)
+            outbox.confirm(file_key, ",".join(delivered.message_ids) or None)
         await self.after_send(to, delivered, origin, file=file)
         return delivered
 
@@ -351,12 +361,12 @@ class Delivery:
         if key is None or outbox is None:
             return await self._send(to, text, index, identity, None, buttons)
         chunk_key = f"{key}:{index}"
-        record = await outbox.record(chunk_key)
-        if record is not None and record.sent:
+        record, fresh = await outbox.begin(chunk_key)
+        if record.sent:
             log.debug("%s: chunk %s of %s was already sent", to.adapter.platform, index, key)
             return MessageActionResult("ok", to.chat_id, "already sent", message_id=record.message_id)
-        unsettled = record is not None  # an earlier attempt may have reached the platform
-        since = record.at if record is not None else await outbox.intend(chunk_key)
+        unsettled = not fresh  # an earlier attempt may have reached the platform
+        since = record.at
         result = MessageActionResult("failed", to.chat_id, "not sent")
         for pause in (0.0, *RESEND_PAUSES_S):
             if pause:
@@ -365,11 +375,11 @@ class Delivery:
             if unsettled:
                 found = await self._settle(to, chunk_key, since)
                 if found is not None:
-                    await outbox.confirm(chunk_key, found)
+                    outbox.confirm(chunk_key, found)
                     return MessageActionResult("ok", to.chat_id, "sent earlier", message_id=found)
             result = await self._send(to, text, index, identity, chunk_key, buttons)
             if result.ok:
-                await outbox.confirm(chunk_key, result.message_id)
+                outbox.confirm(chunk_key, result.message_id)
                 return result
             if not result.retryable:  # the platform refused it: nothing was posted, and would not be
                 break

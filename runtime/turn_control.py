@@ -47,7 +47,7 @@ from botweave.events import ConversationEvents
 from botweave.pipeline import Handler, Inbound, Step, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
 from botweave.runtime.turns import run_events, turn_marker, user_entry
-from botweave.store import Store
+from botweave.store import Put, Remove, Store
 from botweave.types import META_RECEIVED_AT, META_REVISION, BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -317,9 +317,9 @@ class TurnControl:
             inbound.reply.replacing = [str(i) for i in earlier.get("reply") or []]
         while True:
             msg = inbound.message
-            seen = await self._store.get(_signal_key(msg.platform, msg.channel.channel_id))
-            # every mark bumps its chat's counter: a chat without one has no marks to read
-            marks = Marks() if seen is None else await self._marks(msg, inbound.conversation)
+            # the chat's counter and the marks in one read; every mark bumps the counter, so
+            # a chat without one has no marks
+            seen, marks = await self._read(msg, inbound.conversation, with_signal=True)
             mode = inbound.config.busy_mode
             reason = verdict(received_at(msg), marks, mode, starting=True, edit_seen=edit_seen)
             if reason is not None:
@@ -358,18 +358,33 @@ class TurnControl:
         )
 
     async def _marks(self, msg: BotMessage, conversation: str) -> Marks:
+        return (await self._read(msg, conversation, with_signal=False))[1]
+
+    async def _read(self, msg: BotMessage, conversation: str, *, with_signal: bool) -> tuple[str | None, Marks]:
+        """What the store says about this message's turn, in one call: the chat's signal
+        counter (when asked for) and the marks."""
         where = (msg.platform, msg.channel.channel_id, msg.message_id)
-        get = self._store.get
-        edit_raw = await get(_message_key("edit", *where))
+        keys = [
+            f"ctl:stop:{conversation}",
+            f"ctl:stop:{conversation}:{msg.sender.user_id}",
+            f"ctl:latest:{conversation}",
+            _message_key("deleted", *where),
+            _message_key("edit", *where),
+        ]
+        if with_signal:
+            keys.append(_signal_key(msg.platform, msg.channel.channel_id))
+        found = await self._store.get_many(keys)
+        stop_all, stop_own, latest, deleted, edit_raw = found[:5]
         edit = json.loads(edit_raw) if edit_raw else {}
-        return Marks(
-            stop_all=_float(await get(f"ctl:stop:{conversation}")),
-            stop_own=_float(await get(f"ctl:stop:{conversation}:{msg.sender.user_id}")),
-            latest=_float(await get(f"ctl:latest:{conversation}")),
-            deleted=await get(_message_key("deleted", *where)) is not None,
+        marks = Marks(
+            stop_all=_float(stop_all),
+            stop_own=_float(stop_own),
+            latest=_float(latest),
+            deleted=deleted is not None,
             edit_at=edit.get("at"),
             edit_text=edit.get("text"),
         )
+        return (found[5] if with_signal else None), marks
 
     async def _watched(
         self, inbound: Inbound, call_next: Handler, edit_seen: float | None, seen: str | None
@@ -380,7 +395,9 @@ class TurnControl:
         chat = (msg.platform, msg.channel.channel_id)
         running_key = f"ctl:running:{inbound.conversation}"
         running = json.dumps({"message": msg.message_id, "user": msg.sender.user_id, "name": msg.sender.name})
-        await self._store.set(running_key, running, ttl=RUNNING_TTL_S)
+        # What the turn writes for others to read (a /stop asking who runs) is queued behind
+        # it, never waited for: every later read sees it.
+        self._store.later(Put(running_key, running, RUNNING_TTL_S))
         waker = asyncio.Event()
         self._wakers.setdefault(chat, set()).add(waker)
         signal_key = _signal_key(*chat)
@@ -399,7 +416,7 @@ class TurnControl:
                 try:
                     now = await self._store.get(signal_key)
                     if time.monotonic() - renewed > RUNNING_TTL_S / 3:
-                        await self._store.set(running_key, running, ttl=RUNNING_TTL_S)
+                        self._store.later(Put(running_key, running, RUNNING_TTL_S))
                         renewed = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - a missed look only delays a stop
                     log.debug("turn control could not read its signal: %s", exc)
@@ -428,8 +445,7 @@ class TurnControl:
                 wakers.discard(waker)
                 if not wakers:
                     del self._wakers[chat]
-            with contextlib.suppress(Exception):
-                await self._store.delete(running_key)
+            self._store.later(Remove(running_key))
 
     async def _cancelled(self, inbound: Inbound, agent: Agent, reason: Reason, *, started: bool) -> TurnOutcome:
         """A turn that will not (go on to) answer: history as the reason says, and its marker,
@@ -474,7 +490,7 @@ class TurnControl:
             "reply": list(delivered.message_ids),
         }
         where = (msg.platform, msg.channel.channel_id, msg.message_id)
-        await self._store.set(_message_key("replied", *where), json.dumps(record, ensure_ascii=False), ttl=window)
+        self._store.later(Put(_message_key("replied", *where), json.dumps(record, ensure_ascii=False), window))
 
     @staticmethod
     async def tell_failure(reply: ReplyChannel) -> None:

@@ -38,12 +38,12 @@ def crash_after_send(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     confirm = Outbox.confirm
     left: list[int] = [0]
 
-    async def confirming(self: Outbox, chunk_key: str, message_id: str | None) -> None:
+    def confirming(self: Outbox, chunk_key: str, message_id: str | None) -> None:
         if left[0] > 0:
             left[0] -= 1
             if left[0] == 0:
                 raise Crash(chunk_key)
-        await confirm(self, chunk_key, message_id)
+        confirm(self, chunk_key, message_id)
 
     monkeypatch.setattr(Outbox, "confirm", confirming)
 

@@ -22,6 +22,7 @@ from botweave.store import (
     StoreOutage,
     StoreUnavailable,
 )
+from botweave.store.numbers import Numbers
 from botweave.store.redis import RedisStore
 from botweave.store.sqlite import sqlite_path
 
@@ -298,6 +299,111 @@ async def test_many_operations_at_once_each_land_and_one_failure_stays_its_own(s
     assert await store.get("not-a-number") == "abc"
     committed = await asyncio.gather(*(store.commit("turn:same", [Append("h", (str(n),))]) for n in range(10)))
     assert committed.count(True) == 1 and await store.list_range("h") in ([str(n)] for n in range(10))
+
+
+def twin(store):
+    """A second store object on the same data (another connection, as another process has);
+    None for the memory store, whose data only its own object holds."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    if isinstance(store, RedisStore):
+        return RedisStore(store._url, store.prefix)
+    return None
+
+
+async def test_deferred_writes_are_seen_by_every_later_call_in_the_order_they_were_queued(store):
+    """Read-your-writes: nothing awaits a deferred write, yet every call made after `later`
+    on the same store sees it, whichever kind of call it is."""
+    await store.set("gone", "x")
+    await store.list_append("h", "0")
+    store.later(Put("k", "1"), Append("h", ("1",), 10))
+    store.later(Put("k", "2", ttl=60), Remove("gone"))
+    assert await store.get("k") == "2"
+    assert await store.get_many(["k", "gone"]) == ["2", None]
+    assert await store.list_range("h") == ["0", "1"]
+    for n in range(30):  # a deferred write then a read, again and again: never a stale answer
+        store.later(Put("counter", str(n)), Append("h", (str(n + 2),), 5))
+        assert await store.get("counter") == str(n)
+    assert await store.list_range("h") == ["27", "28", "29", "30", "31"]
+    store.later(Remove("counter"))
+    assert not await store.commit("k", [Put("never", "1")])  # a commit's check sees them too
+    assert await store.set_if_absent("counter", "again")
+
+
+async def test_deferred_writes_land_without_anyone_reading_and_survive_closing(store, tmp_path):
+    """Another connection sees them once they are settled; a store closed right after queuing
+    them writes them first."""
+    other = twin(store)
+    store.later(*(Put(f"d{n}", str(n)) for n in range(20)), Append("dl", ("a", "b")))
+    await store.settled()
+    if other is None:
+        assert await store.get_many([f"d{n}" for n in range(20)]) == [str(n) for n in range(20)]
+        return
+    await other.connect()
+    try:
+        assert await other.get_many([f"d{n}" for n in range(20)]) == [str(n) for n in range(20)]
+        assert await other.list_range("dl") == ["a", "b"]
+        closing = twin(store)
+        await closing.connect()
+        closing.later(Put("last", "written"), Remove("d0"))
+        await closing.close()  # no settled(): closing waits for them
+        assert await other.get_many(["last", "d0"]) == ["written", None]
+    finally:
+        await other.close()
+
+
+async def test_a_deferred_write_that_fails_is_logged_and_holds_nothing_back(store, caplog):
+    """An append onto a key holding a plain value fails where the backend types its keys
+    (memory, Redis); the writes queued around it land, and the log names its key."""
+    await store.set("plain", "x")
+    with caplog.at_level(logging.WARNING):
+        store.later(Put("before", "1"), Append("plain", ("secret-words",)), Put("after", "2"))
+        store.later(Put("next", "3"))
+        assert await store.get_many(["before", "plain", "after", "next"]) == ["1", "x", "2", "3"]
+        await store.settled()
+    failed = [r.getMessage() for r in caplog.records if "deferred write" in r.getMessage()]
+    if not isinstance(store, SQLiteStore):  # SQLite keeps lists apart from plain values: no failure
+        assert len(failed) == 1 and "plain" in failed[0], failed
+        assert "secret-words" not in failed[0]  # keys only: values may be what people wrote
+
+
+async def test_deferred_writes_queued_before_the_sqlite_file_opened_land_once_it_does(tmp_path):
+    store = SQLiteStore(tmp_path / "late.db")
+    store.later(Put("early", "1"))
+    try:
+        assert await store.get("early") == "1"
+    finally:
+        await store.close()
+    reopened = SQLiteStore(tmp_path / "late.db")
+    try:
+        assert await reopened.get("early") == "1"
+    finally:
+        await reopened.close()
+
+
+async def test_a_patient_store_passes_deferred_writes_on(tmp_path):
+    patient = PatientStore(SQLiteStore(tmp_path / "p.db"))
+    await patient.connect()
+    try:
+        patient.later(Put("k", "v"))
+        assert await patient.get("k") == "v"
+        await patient.settled()
+    finally:
+        await patient.close()
+
+
+async def test_numbers_rise_in_the_order_asked_across_refills_and_never_repeat(store):
+    """A block per store call: callers that ask at once, across a refill, get theirs in the
+    order they asked; another holder (another process, a restart) never gets the same one."""
+    first = Numbers(store, "seq", block=4)
+    taken = await asyncio.gather(*(first.take() for _ in range(10)))
+    assert taken == sorted(taken) and len(set(taken)) == 10
+    assert await store.get("seq") == "12"  # three blocks of four: one store call per block
+    second = Numbers(store, "seq", block=4)  # another process, or the next start
+    theirs = [await second.take() for _ in range(5)]
+    assert min(theirs) > max(taken)
+    mine = await first.take()
+    assert mine not in theirs and mine > max(taken)
 
 
 async def test_a_log_numbers_its_entries_and_keeps_the_newest(store):

@@ -21,6 +21,13 @@ what anyone appends (`log_feed`), so one process can serve the events every proc
 Each store hands out the carrier of received items that suits it (`inbound_carrier`,
 store/carrier.py) and says what it is (`shared`, `external`), so the runtime decides by what
 a store states, never by its type.
+
+Writes a caller has no use for the answer of (a turn's bookkeeping once it has replied: the
+inbound journal's removal, the outbox's confirmation, turn control's marks) are handed to
+`later`: queued behind the caller in order, applied soon, never awaited. Every call made on
+the same store object after `later` sees those writes (read-your-writes), and they reach the
+store in the order they were queued, before anything queued after them; what is lost in a
+crash is a suffix of them, never a write without the ones queued before it.
 """
 
 from __future__ import annotations
@@ -226,6 +233,22 @@ class Store(ABC):
     @abstractmethod
     async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
         """The entries with a seq above `after`, oldest first, at most `limit` of them."""
+
+    @abstractmethod
+    def later(self, *operations: Operation) -> None:
+        """Apply `operations` in order, without the caller waiting for them.
+
+        Every call on this store made after this one sees their effects (a read submitted
+        after a queued write reads it), and they are applied before any write queued after
+        them. Backends batch them: the SQLite thread runs them in the transaction it has
+        open, Redis sends what queued up meanwhile in one pipeline. A write that fails is
+        logged (with its key) and dropped: use `later` only for writes whose loss a crash
+        could cause anyway and the protocol absorbs (a journal entry answered again meets
+        its turn's marker; an unconfirmed chunk is settled before it is sent again)."""
+
+    async def settled(self) -> None:
+        """Wait until every write handed to `later` so far has been applied (or failed and
+        been logged): for shutdown, and for whoever must know they landed."""
 
     def log_feed(self, prefix: str) -> LogFeed | None:
         """Appends to logs whose key starts with `prefix` made by any process sharing this

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,8 @@ from botweave.store.base import Append, CappedSet, LogSlice, Operation, Put, Rem
 from botweave.store.carrier import InboundCarrier
 from botweave.store.journal import InboundJournal
 from botweave.store.patience import Patience
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
@@ -140,14 +143,25 @@ class MemoryStore(Store):
         if self._live(marker) is not None:
             return False
         for op in operations:
-            if isinstance(op, Append):
-                self._append(op.key, op.values, op.max_len)
-            elif isinstance(op, Put):
-                self._data[op.key] = _Entry(op.value, self._expiry(op.ttl))
-            elif isinstance(op, Remove):
-                self._data.pop(op.key, None)
+            self._apply(op)
         self._data[marker] = _Entry(value, self._expiry(ttl))
         return True
+
+    def later(self, *operations: Operation) -> None:
+        # Applied now: nothing here is worth deferring, and every later call sees them.
+        for op in operations:
+            try:
+                self._apply(op)
+            except (AttributeError, TypeError) as exc:  # an append onto a key that holds no list
+                log.warning("a deferred write to the memory store failed and was dropped (%s): %s", op.key, exc)
+
+    def _apply(self, op: Operation) -> None:
+        if isinstance(op, Append):
+            self._append(op.key, op.values, op.max_len)
+        elif isinstance(op, Put):
+            self._data[op.key] = _Entry(op.value, self._expiry(op.ttl))
+        elif isinstance(op, Remove):
+            self._data.pop(op.key, None)
 
     def _append(self, key: str, values: Sequence[str], max_len: int | None) -> None:
         entry = self._live(key)

@@ -132,6 +132,13 @@ class PatientStore(Store):
     async def log_read(self, key: str, *, after: int = 0, limit: int = 100) -> LogSlice:
         return await self._patiently(lambda: self.inner.log_read(key, after=after, limit=limit))
 
+    def later(self, *operations: Operation) -> None:
+        # Not waited for, so not retried here: the backend logs a write that failed.
+        self.inner.later(*operations)
+
+    async def settled(self) -> None:
+        await self.inner.settled()
+
     def log_feed(self, prefix: str) -> LogFeed | None:
         return self.inner.log_feed(prefix)
 

@@ -17,7 +17,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from botweave.metrics import STORE_ERRORS
 from botweave.store.base import (
@@ -32,6 +32,7 @@ from botweave.store.base import (
     redact_url,
 )
 from botweave.store.errors import StoreOutage, StoreUnavailable, passing_errors
+from botweave.tasks import spawn
 
 if TYPE_CHECKING:
     from botweave.store.carrier import InboundCarrier
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 #: How long one command may go unanswered before it counts as failed.
 SOCKET_TIMEOUT_S = 5.0
 SOCKET_CONNECT_TIMEOUT_S = 3.0
+#: How long a batch of deferred writes is retried through an outage before it is dropped.
+DEFERRED_GRACE_S = 60.0
+#: How long closing waits for deferred writes still on their way.
+DEFERRED_CLOSE_S = 5.0
 
 _INCR = """
 local value = redis.call('INCRBY', KEYS[1], ARGV[1])
@@ -255,13 +260,18 @@ def _counting_client(pool: Any) -> Any:
     return CountingRedis(connection_pool=pool)
 
 
-def _outages(method: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """Report a timeout or a lost connection as `StoreOutage`, the backend-neutral signal."""
+def _outages(
+    method: Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[RedisStore, P], Coroutine[Any, Any, R]]:
+    """Report a timeout or a lost connection as `StoreOutage`, the backend-neutral signal;
+    and run after the deferred writes queued before the call (read-your-writes)."""
 
     @functools.wraps(method)
-    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+    async def call(store: RedisStore, *args: P.args, **kwargs: P.kwargs) -> R:
+        if store._applied < store._queued:
+            await store.settled()
         try:
-            return await method(*args, **kwargs)
+            return await method(store, *args, **kwargs)
         except passing_errors() as exc:
             raise StoreOutage(f"redis: {type(exc).__name__}: {exc}") from exc
 
@@ -302,6 +312,13 @@ class RedisStore(Store):
         self._held = self._redis.register_script(_SLOTS_HELD)
         self._log_append = self._redis.register_script(_LOG_APPEND)
         self._log_read = self._redis.register_script(_LOG_READ)
+        # Writes handed to `later`: waiting to be sent, how many were ever queued, how many
+        # have been sent (or given up on), and who waits for them.
+        self._deferred: list[Operation] = []
+        self._queued = 0
+        self._applied = 0
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -339,7 +356,91 @@ class RedisStore(Store):
             raise StoreUnavailable(f"cannot reach the Redis store at {redact_url(self._url)}: {exc}") from None
 
     async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.settled(), DEFERRED_CLOSE_S)
+        except asyncio.TimeoutError:
+            log.warning("closing the Redis store with %d deferred write(s) unsent", self._queued - self._applied)
         await self._redis.aclose()
+
+    def later(self, *operations: Operation) -> None:
+        if not operations:
+            return
+        self._deferred.extend(operations)
+        self._queued += len(operations)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = spawn(self._flush(), name="send the Redis store's deferred writes")
+
+    async def settled(self) -> None:
+        target = self._queued
+        while self._applied < target:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    async def _flush(self) -> None:
+        """Send what was deferred, in order: what queued up while a batch was on its way goes
+        in the next one, one pipeline (one round trip) each."""
+        while self._deferred:
+            batch, self._deferred = self._deferred, []
+            try:
+                await self._send_patiently(batch)
+            finally:
+                self._applied += len(batch)
+                waiters, self._waiters = self._waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def _send_patiently(self, batch: list[Operation]) -> None:
+        """A batch that meets an outage is sent again with growing pauses (later calls wait
+        for it, as they would wait out the outage themselves), for up to `DEFERRED_GRACE_S`."""
+        from redis.exceptions import RedisError
+
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        pause = 0.1
+        while True:
+            try:
+                await self._send(batch)
+                return
+            except passing_errors() as exc:
+                if loop.time() - started + pause > DEFERRED_GRACE_S:
+                    failure: BaseException = exc
+                    break
+                await asyncio.sleep(pause)
+                pause = min(2.0, pause * 2)
+            except RedisError as exc:
+                failure = exc
+                break
+        keys = ", ".join(op.key for op in batch[:5]) + (", ..." if len(batch) > 5 else "")
+        log.warning("%d deferred write(s) to Redis failed and were dropped (%s): %s", len(batch), keys, failure)
+
+    async def _send(self, batch: Sequence[Operation]) -> None:
+        """One MULTI/EXEC: the batch lands whole and in order. A command Redis refuses (an
+        append onto a plain value) fails alone, as an awaited one would, and is logged by
+        key and error only (the command would carry the value)."""
+        owners: list[Operation] = []  # the operation each command of the pipeline belongs to
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for op in batch:
+                key = self._k(op.key)
+                if isinstance(op, Put):
+                    pipe.set(key, op.value, px=_ms(op.ttl))
+                    owners.append(op)
+                elif isinstance(op, Append):
+                    if op.values:
+                        pipe.rpush(key, *op.values)
+                        owners.append(op)
+                    if op.max_len is not None:
+                        pipe.ltrim(key, -op.max_len, -1)
+                        owners.append(op)
+                else:
+                    pipe.delete(key)
+                    owners.append(op)
+            results = await pipe.execute(raise_on_error=False)
+        for op, result in zip(owners, results, strict=False):
+            if isinstance(result, Exception):
+                reason = str(result.args[0]) if result.args else type(result).__name__
+                log.warning("a deferred write to Redis failed and was dropped (%s): %s", op.key, reason)
 
     @_outages
     async def get(self, key: str) -> str | None:

@@ -34,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,6 +51,7 @@ from botweave.store.carrier import InboundCarrier
 from botweave.store.errors import StoreOutage, StoreUnavailable
 from botweave.store.journal import InboundJournal
 from botweave.store.patience import Patience
+from botweave.tasks import spawn
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,12 @@ class _Worker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.purged_at = 0.0
 
+    @property
+    def open(self) -> bool:
+        """Whether the thread has the file open and takes jobs."""
+        opened = self.opened
+        return opened is not None and opened.done() and not opened.cancelled() and opened.exception() is None
+
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.opened = self.loop.create_future()
@@ -151,7 +159,9 @@ class _Worker:
             await asyncio.shield(self.closed)
 
     def submit(self, run: Callable[[Db], T], write: bool) -> asyncio.Future[T]:
-        assert self.loop is not None
+        """Queue `run` (before the thread starts, too: it runs once the file is open)."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = self.loop.create_future()
         self.jobs.put(_Job(run, write, future))
         return future
@@ -197,6 +207,7 @@ class _Worker:
         except BaseException as exc:
             self._tell(self.closed)
             self._tell(self.opened, exc)
+            self._fail_queued(exc)
             return
         self._tell(self.opened)
         try:
@@ -204,6 +215,24 @@ class _Worker:
         finally:
             db.close()
             self._tell(self.closed)
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        """The file could not be opened: whatever was queued (writes handed to `later` before
+        the store connected) fails with that."""
+        failed = []
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.outcome = (True, exc)
+                failed.append(job)
+        if failed and self.loop is not None:
+            try:
+                self.loop.call_soon_threadsafe(_settle, failed)
+            except RuntimeError:  # the loop is gone: nobody is waiting any more
+                pass
 
     def _serve(self, db: Db) -> None:
         stopping = False
@@ -269,6 +298,17 @@ class _Worker:
             _drop(db, key)
 
 
+def _deferred_done(operations: Sequence[Operation], done: asyncio.Future[None]) -> None:
+    """A deferred write's outcome: nobody awaits it, so a failure is logged here (by key only:
+    values may hold what people wrote)."""
+    if done.cancelled():
+        return
+    exc = done.exception()
+    if exc is not None:
+        keys = ", ".join(op.key for op in operations)
+        log.warning("a deferred write to the SQLite store failed and was dropped (%s): %s", keys, exc)
+
+
 def _drop(db: Db, key: str) -> None:
     db.execute("DELETE FROM kv WHERE key = ?", (key,))
     db.execute("DELETE FROM list_items WHERE key = ?", (key,))
@@ -286,6 +326,7 @@ class SQLiteStore(Store):
         self.clock = clock
         self._worker: _Worker | None = None
         self._starting: asyncio.Lock | None = None
+        self._connecting = False
 
     def describe(self) -> str:
         return f"sqlite:///{self.path}"
@@ -297,21 +338,41 @@ class SQLiteStore(Store):
         return InboundJournal(via or self, dedup_ttl)
 
     async def connect(self) -> None:
-        if self._worker is not None:
+        if self._worker is not None and self._worker.open:
             return
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
-            if self._worker is not None:
+            worker = self._queue()
+            if worker.open:
                 return
-            worker = _Worker(self.path, self.clock)
-            await worker.start()
-            self._worker = worker
+            try:
+                await worker.start()
+            except BaseException:
+                if self._worker is worker:
+                    self._worker = None  # the next call tries again with a fresh thread
+                raise
 
     async def close(self) -> None:
         worker, self._worker = self._worker, None
+        if worker is not None and worker.open:
+            await worker.stop()  # after what is queued: deferred writes land first
+
+    def later(self, *operations: Operation) -> None:
+        if not operations:
+            return
+        worker = self._queue()
+        done = worker.submit(lambda db: self._apply_all(db, operations), True)
+        done.add_done_callback(partial(_deferred_done, operations))
+        if worker.opened is None and not self._connecting:
+            self._connecting = True  # someone must open the file for them
+            spawn(self.connect(), name="connect the SQLite store for deferred writes")
+
+    async def settled(self) -> None:
+        worker = self._worker
         if worker is not None:
-            await worker.stop()
+            # answered only once every job queued before it has committed
+            await self._do(lambda db: None, write=False)
 
     def value_in(self, db: Db, key: str) -> str | None:
         """A key's live value, read inside an operation given to `run` (same transaction)."""
@@ -325,11 +386,31 @@ class SQLiteStore(Store):
 
     # --- plumbing ----------------------------------------------------------------------------
 
-    async def _do(self, run: Callable[[Db], T], *, write: bool) -> T:
+    def _queue(self) -> _Worker:
+        """The worker whose queue operations go to, started or not."""
         if self._worker is None:
+            self._worker = _Worker(self.path, self.clock)
+            self._connecting = False
+        return self._worker
+
+    async def _do(self, run: Callable[[Db], T], *, write: bool) -> T:
+        worker = self._worker
+        if worker is None or not worker.open:
             await self.connect()
-        assert self._worker is not None
-        return await self._worker.submit(run, write)
+            worker = self._queue()
+        return await worker.submit(run, write)
+
+    def _apply_all(self, db: Db, operations: Sequence[Operation]) -> None:
+        for op in operations:
+            self._apply(db, op)
+
+    def _apply(self, db: Db, op: Operation) -> None:
+        if isinstance(op, Append):
+            self._append(db, op.key, op.values, op.max_len)
+        elif isinstance(op, Put):
+            self._put(db, op.key, op.value, op.ttl)
+        elif isinstance(op, Remove):
+            _drop(db, op.key)
 
     def _live_value(self, db: Db, key: str) -> str | None:
         rows = _rows(db, "SELECT value, expires FROM kv WHERE key = ?", (key,))
@@ -486,13 +567,7 @@ class SQLiteStore(Store):
         def run(db: Db) -> bool:
             if self._live_value(db, marker) is not None:
                 return False
-            for op in operations:
-                if isinstance(op, Append):
-                    self._append(db, op.key, op.values, op.max_len)
-                elif isinstance(op, Put):
-                    self._put(db, op.key, op.value, op.ttl)
-                elif isinstance(op, Remove):
-                    _drop(db, op.key)
+            self._apply_all(db, operations)
             self._put(db, marker, value, ttl)
             return True
 
