@@ -204,11 +204,19 @@ async def test_a_process_that_dies_mid_turn_leaves_that_turn_and_the_rest_to_the
         successor = carrier_of(store)
         await successor.open()
         if not successor.shared:
-            assert [item.message_id for _, item in await successor.pending()] == ["a2", "b1"]
-        # b1 ran to its end before the crash only on a stream (another conversation, at once)
-        again = await answer(successor, 2 if "b1" not in before else 1)
-        assert "a2" in again, "the turn the crash cut off runs again"
-        assert "a1" not in again, "the finished turn does not"
+            # The journal's removal of a finished entry is queued, not awaited (Store.later): a
+            # crash may lose it, and then the finished turn is offered again, first and once;
+            # its turn's marker keeps it from answering twice (tests/test_deferred_writes.py).
+            left = [item.message_id for _, item in await successor.pending()]
+            assert left in (["a2", "b1"], ["a1", "a2", "b1"])
+            again = await answer(successor, len(left))
+            assert "a2" in again, "the turn the crash cut off runs again"
+            assert again.count("a1") <= 1
+        else:
+            # b1 ran to its end before the crash only on a stream (another conversation, at once)
+            again = await answer(successor, 2 if "b1" not in before else 1)
+            assert "a2" in again, "the turn the crash cut off runs again"
+            assert "a1" not in again, "the finished turn does not"
         assert set(before) | set(again) == {"a1", "a2", "b1"}
         assert await carrier_of(store).backlog() == 0
     finally:
