@@ -1,7 +1,8 @@
 """The App: a bot, from the platforms it connects to the agents that answer; made and wired by
 `runtime/builder.py`, and read here as the table of contents of a bot's life. `submit` returns
 once an item is recorded (`runtime/intake.py`: journal, shared stream, or nothing before start),
-`handle` answers it (`runtime/handling.py`), `run`/`serve` are a process's life
+`handle` answers it; both are ways into the arrival chain (`runtime/arrival.py`), which every
+item takes to the end of its turn. `run`/`serve` are a process's life
 (`runtime/process.py`), `reload` applies the file again in place (`runtime/reload.py`)."""
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from botweave.files import FileSource
 from botweave.pipeline import TurnOutcome
 from botweave.push import NotificationCategory, NotificationOutcome, Recipient
 from botweave.runtime import process
+from botweave.runtime.arrival import Arrival
 from botweave.runtime.builder import build
 from botweave.runtime.config import Config, load_config
 from botweave.runtime.durable import InboundJournal, InboundStream
 from botweave.runtime.gateway import build_gateway
 from botweave.runtime.generation import LiveParts
-from botweave.runtime.intake import Intake, JournalIntake, Recorded, StreamIntake, open_intake
+from botweave.runtime.intake import Intake, JournalIntake, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer, store_problem
@@ -267,21 +269,21 @@ class App(LiveParts):
 
     async def _record(self, item: BotMessage | PlatformEvent) -> None:
         if self._tracer is None:
-            await self._intake.submit(item, self)
+            await self._handling.submit(item, self, self._intake.recorder)
             return
         with self._tracer.intake(item):  # the trace's root: its context travels with the item
-            await self._intake.submit(item, self)
+            await self._handling.submit(item, self, self._intake.recorder)
 
     async def handle(
-        self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, recorded: Recorded | None = None
+        self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, arrival: Arrival | None = None
     ) -> TurnOutcome:
-        """Run the pipeline for one item. Items the intake `recorded` (see `Recorded`) and
-        `deduplicated` ones were checked when they were recorded, so a turn re-running after a
-        crash is not mistaken for a platform retry."""
+        """Run one item's turn. An item handed over here directly takes the arrival chain
+        first (its platform retry check, unless `deduplicated`: its caller checked it; its
+        conversation's turn); the chain hands its own items over with their `arrival`."""
         if self._tracer is None:
-            return await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+            return await self._handling.handle(item, self, deduplicated=deduplicated, arrival=arrival)
         with self._tracer.turn(item) as span:
-            outcome = await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+            outcome = await self._handling.handle(item, self, deduplicated=deduplicated, arrival=arrival)
             if span is not None:
                 span.set("botweave.outcome", outcome.status.value)
             return outcome
