@@ -223,9 +223,9 @@ class ArrivalChain:
                 arrival.place.release()
 
     async def _signal(self, arrival: Arrival, call_next: Callable[[Arrival], Awaitable[Outcome]]) -> Outcome:
-        if arrival.ordered and arrival.recorder is not None:
-            assert isinstance(arrival.item, BotMessage)
-            await self._control.arrived(arrival.item)  # before it is recorded
+        item = arrival.item
+        if arrival.ordered and arrival.recorder is not None and isinstance(item, BotMessage):
+            await self._control.arrived(item)  # before it is recorded
         return await call_next(arrival)
 
     async def _dedup(self, arrival: Arrival, call_next: Callable[[Arrival], Awaitable[Outcome]]) -> Outcome:
@@ -244,9 +244,9 @@ class ArrivalChain:
         record = arrival.record
         if record is not None and not record.here:
             return None  # the process that reads the shared stream answers it
-        if arrival.detached:
+        if arrival.detached and record is not None:
             place, arrival.place = arrival.place, None  # its turn's task holds it from now on
-            self.tasks.spawn(self._detached(arrival, place), name="handle an inbound item")
+            self.tasks.spawn(self._detached(arrival, record, place), name="handle an inbound item")
             return None
         if arrival.place is not None:
             await arrival.place.wait()
@@ -254,12 +254,11 @@ class ArrivalChain:
             return await self._turn(arrival)  # handed over: in `App.handle` already
         return await arrival.inbox.handle(arrival.item, arrival=arrival)
 
-    async def _detached(self, arrival: Arrival, place: Place | None) -> None:
-        assert arrival.record is not None
+    async def _detached(self, arrival: Arrival, record: Record, place: Place | None) -> None:
         try:
             if place is not None:
                 await place.wait()
-            await arrival.record.carry(partial(arrival.inbox.handle, arrival.item, arrival=arrival))
+            await record.carry(partial(arrival.inbox.handle, arrival.item, arrival=arrival))
         finally:
             if place is not None:
                 place.release()
