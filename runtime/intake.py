@@ -17,10 +17,9 @@ runs its turn.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from botweave.adapter import Adapter
 from botweave.config import PlatformConfig, StoreConfig
@@ -28,7 +27,7 @@ from botweave.conversations import ConversationLocks
 from botweave.model_calls import import_litellm
 from botweave.pipeline import TurnOutcome
 from botweave.runtime.arrival import ArrivalChain, Item, Record, Recorder
-from botweave.runtime.arrival import Inbox as Inbox
+from botweave.runtime.arrival import Inbox as Inbox  # the App, as the intakes (and reloading) hand it on
 from botweave.runtime.connections import Platforms
 from botweave.runtime.durable import InboundJournal, InboundStream, PlatformLeader, dedup_key, outage_errors
 from botweave.runtime.lifecycle import Lifecycle
@@ -55,9 +54,6 @@ class Turns:
     arrivals: ArrivalChain
     tasks: TaskOwner
     life: Lifecycle
-
-    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        self.tasks.spawn(work, name="handle an inbound item")
 
 
 class Intake:
