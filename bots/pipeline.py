@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Generic, TypeVar
 
 from botweave.adapter import Adapter
 from botweave.agents import UserTurn
@@ -98,6 +99,14 @@ class Inbound:
         return conversation_key(self.message)
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: The one middleware signature: a step is given the item on its way and the rest of the
+#: way (`call_next`), and returns how the item ended. The pipeline's steps take an `Inbound`;
+#: the runtime's arrival chain (runtime/arrival.py) composes its own steps the same way.
+Middleware = Callable[[T, Callable[[T], Awaitable[R]]], Awaitable[R]]
+
 Handler = Callable[[Inbound], Awaitable[TurnOutcome]]
 Step = Callable[[Inbound, Handler], Awaitable[TurnOutcome]]
 
@@ -107,7 +116,12 @@ Step = Callable[[Inbound, Handler], Awaitable[TurnOutcome]]
 Decided = Callable[[Step, int, Inbound, TurnOutcome], None]
 
 
-def compose(steps: Sequence[Step], endpoint: Handler, *, decided: Decided | None = None) -> Handler:
+def compose(
+    steps: Sequence[Middleware[T, R]],
+    endpoint: Callable[[T], Awaitable[R]],
+    *,
+    decided: Callable[[Middleware[T, R], int, T, R], None] | None = None,
+) -> Callable[[T], Awaitable[R]]:
     """One handler that runs `steps` in order and `endpoint` last; with `decided`, each step
     that ends the item's way is reported to it (tracing names the step that refused)."""
     handler = endpoint
@@ -116,35 +130,37 @@ def compose(steps: Sequence[Step], endpoint: Handler, *, decided: Decided | None
     return handler
 
 
-def _chain(step: Step, call_next: Handler) -> Handler:
-    async def run(inbound: Inbound) -> TurnOutcome:
-        return await step(inbound, call_next)
+def _chain(step: Middleware[T, R], call_next: Callable[[T], Awaitable[R]]) -> Callable[[T], Awaitable[R]]:
+    async def run(item: T) -> R:
+        return await step(item, call_next)
 
     return run
 
 
-class _Onward:
+class _Onward(Generic[T, R]):
     """A step's `call_next` that notes whether the step called it: the awaitable it returns is
     the next handler's own, so observing adds no coroutine to each step."""
 
     __slots__ = ("call_next", "passed")
 
-    def __init__(self, call_next: Handler) -> None:
+    def __init__(self, call_next: Callable[[T], Awaitable[R]]) -> None:
         self.call_next = call_next
         self.passed = False
 
-    def __call__(self, item: Inbound) -> Awaitable[TurnOutcome]:
+    def __call__(self, item: T) -> Awaitable[R]:
         self.passed = True
         return self.call_next(item)
 
 
-def _observed(step: Step, call_next: Handler, decided: Decided) -> Handler:
-    async def run(inbound: Inbound) -> TurnOutcome:
+def _observed(
+    step: Middleware[T, R], call_next: Callable[[T], Awaitable[R]], decided: Callable[[Middleware[T, R], int, T, R], None]
+) -> Callable[[T], Awaitable[R]]:
+    async def run(item: T) -> R:
         onward = _Onward(call_next)
         started = time.time_ns()
-        outcome = await step(inbound, onward)
+        outcome = await step(item, onward)
         if not onward.passed:
-            decided(step, started, inbound, outcome)
+            decided(step, started, item, outcome)
         return outcome
 
     return run

@@ -2,7 +2,8 @@
 `runtime/builder.py` (`App.from_config`), and read here as the table of contents of a bot's
 life: it holds and exposes its parts and never makes one. `submit` returns once an item is
 recorded (`runtime/intake.py`: journal, shared stream, or nothing before start), `handle`
-answers it (`runtime/handling.py`), `run`/`serve` are a process's life
+answers it; both are ways into the arrival chain (`runtime/arrival.py`), which every item
+takes to the end of its turn. `run`/`serve` are a process's life
 (`runtime/process.py`), `reload` applies the file again in place (`runtime/reload.py`)."""
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from botweave.push import NotificationCategory, NotificationOutcome, Notifier, R
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
 from botweave.runtime import process
+from botweave.runtime.arrival import Arrival
 from botweave.runtime.builder import Lasting, build
 from botweave.runtime.config import Config, load_config
-from botweave.runtime.intake import JournalIntake, Recorded, StreamIntake, open_intake
+from botweave.runtime.intake import JournalIntake, StreamIntake, open_intake
 from botweave.runtime.lifecycle import Role
 from botweave.runtime.logs import setup_logging
 from botweave.runtime.ops import OpsServer, ProcessOps, store_problem
@@ -330,21 +332,21 @@ class App:
 
     async def _record(self, item: BotMessage | PlatformEvent) -> None:
         if self._tracer is None:
-            await self._intake.submit(item, self)
+            await self._handling.submit(item, self, self._intake.recorder)
             return
         with self._tracer.intake(item):  # the trace's root: its context travels with the item
-            await self._intake.submit(item, self)
+            await self._handling.submit(item, self, self._intake.recorder)
 
     async def handle(
-        self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, recorded: Recorded | None = None
+        self, item: BotMessage | PlatformEvent, *, deduplicated: bool = False, arrival: Arrival | None = None
     ) -> TurnOutcome:
-        """Run the pipeline for one item. Items the intake `recorded` (see `Recorded`) and
-        `deduplicated` ones were checked when they were recorded, so a turn re-running after a
-        crash is not mistaken for a platform retry."""
+        """Run one item's turn. An item handed over here directly takes the arrival chain
+        first (its platform retry check, unless `deduplicated`: its caller checked it; its
+        conversation's turn); the chain hands its own items over with their `arrival`."""
         if self._tracer is None:
-            return await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+            return await self._handling.handle(item, self, deduplicated=deduplicated, arrival=arrival)
         with self._tracer.turn(item) as span:
-            outcome = await self._handling.handle(item, self, deduplicated=deduplicated, recorded=recorded)
+            outcome = await self._handling.handle(item, self, deduplicated=deduplicated, arrival=arrival)
             if span is not None:
                 span.set("botweave.outcome", outcome.status.value)
             return outcome

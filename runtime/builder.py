@@ -53,12 +53,12 @@ from botweave.push.commands import NOTIFY_HELP, notify_command
 from botweave.push.preferences import PreferenceStore
 from botweave.rooms.hub import RoomHub
 from botweave.router import Router
+from botweave.runtime.arrival import ArrivalChain
 from botweave.runtime.commands import BuiltinCommands
 from botweave.runtime.config import Config
 from botweave.runtime.connections import Platforms
 from botweave.runtime.gateway import GatewayHost, build_gateway, conversation_events, watch_step
 from botweave.runtime.generation import Generation, Live
-from botweave.runtime.handling import Handling
 from botweave.runtime.intake import Inbox, Intake, Turns
 from botweave.runtime.lifecycle import Lifecycle, Role
 from botweave.runtime.model_processes import ModelProcesses
@@ -111,7 +111,7 @@ class Lasting:
     asks: AskDesk
     admission: Admission
     control: TurnControl
-    handling: Handling
+    handling: ArrivalChain
     turns: Turns
     #: What `App.submit` records items with until `App.start` opens the store's own.
     intake: Intake
@@ -220,11 +220,11 @@ def build_lasting(config: Config, *, store: Store | None = None, role: Role = "a
     memory = MemoryKeeper(kept, {name: agent.memory for name, agent in config.agents.items()})
     MemoryCommands(memory, Links(kept)).register(commands)
     commands.register("usage", UsageCommand(guard, access.owner_of), help=USAGE_HELP, args=USAGE_ARGS)
-    handling = Handling(
+    handling = ArrivalChain(
         store=kept, dedup_ttl=ttl, platforms=platforms, live=live, hooks=hooks, delivery=delivery, locks=locks,
-        control=control, buttons=buttons, approvals=approvals, asks=asks,
+        control=control, buttons=buttons, approvals=approvals, asks=asks, tasks=TaskOwner("turn"),
     )
-    turns = Turns(control, TaskOwner("turn"), locks, life)
+    turns = Turns(handling, handling.tasks, life)
     return Lasting(
         role=role, life=life, patience=patience, store=kept, hooks=hooks, commands=commands, locks=locks,
         model_processes=model_processes, model_clients=model_clients,
