@@ -414,7 +414,7 @@ class Delivery:
         if adapter.idempotency == "lookup":
             try:
                 return await adapter.find_sent(to.chat_id, chunk_key, thread_id=to.thread_id, since=since)
-            except Exception as exc:  # noqa: BLE001 - cannot tell: sending again beats losing it
+            except Exception as exc:  # boundary: outbound, the adapter's SDK lookup; cannot tell, so sending again beats losing it
                 log.warning(
                     "%s: could not look up whether %s was posted (%s); sending it again",
                     adapter.platform, chunk_key, exc,

@@ -118,7 +118,7 @@ def import_litellm() -> asyncio.Future[Any]:
     def run() -> None:
         try:
             result, error = litellm_module(), None
-        except Exception as exc:  # handed to the waiter, who logs it
+        except Exception as exc:  # boundary: a background import, its failure handed to the waiter, who logs it
             result, error = None, exc
         try:
             loop.call_soon_threadsafe(settle, result, error)

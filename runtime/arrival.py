@@ -300,7 +300,7 @@ class ArrivalChain:
             return await generation.pipeline(Inbound(msg, adapter, config, reply, generation.router.resolve(msg)))
         except outage_errors():
             raise  # not a failure of the turn: it runs again once the store is back
-        except Exception as exc:
+        except Exception as exc:  # boundary: a turn
             # Nothing vanishes silently: the sender hears that this message got no answer.
             log.exception("%s: the turn for message %s failed", msg.platform, msg.message_id)
             await self._control.tell_failure(reply)

@@ -101,7 +101,7 @@ class _Journaled(Record):
         except outage_errors() as exc:
             log.warning("a turn met a store outage longer than the grace (%s); it runs again at the next start", exc)
             return
-        except Exception:
+        except Exception:  # boundary: a journaled item's turn (an event's hooks included), so its entry is removed
             log.exception("turn crashed; its message is dropped so it is not retried forever")
         await self._journal.done(self._entry)
 

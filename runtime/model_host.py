@@ -127,7 +127,7 @@ class Host:
         try:
             with self._joined(carried):
                 output = await self.calls.answer(request)
-        except Exception as exc:
+        except Exception as exc:  # boundary: a model call, its failure sent back to the calling process
             self._failed(call, exc)
         else:
             self.writer.write(frame((call, "output", output)))
@@ -144,7 +144,7 @@ class Host:
         except asyncio.CancelledError:
             pieces.drop()
             raise
-        except Exception as exc:
+        except Exception as exc:  # boundary: a streamed model call, its failure sent back to the calling process
             pieces.flush()
             self._failed(call, exc)
         else:

@@ -63,7 +63,7 @@ async def store_problem(store: Store) -> str | None:
         await asyncio.wait_for(store.get("ops:ready"), STORE_PROBE_TIMEOUT_S)
     except asyncio.TimeoutError:
         return f"no answer within {STORE_PROBE_TIMEOUT_S:.0f}s"
-    except Exception as exc:
+    except Exception as exc:  # boundary: the readiness probe reports why, whatever it was
         return f"{type(exc).__name__}: {exc}"
     return None
 
@@ -141,7 +141,7 @@ class OpsServer:
         except concurrent.futures.TimeoutError:
             future.cancel()
             return {"event_loop": f"did not answer within {READINESS_TIMEOUT_S:.0f}s"}
-        except Exception as exc:  # noqa: BLE001 - the probe reports it rather than failing
+        except Exception as exc:  # boundary: the readiness probe, from the ops server's thread, reports it rather than failing
             return {"app": f"{type(exc).__name__}: {exc}"}
 
 

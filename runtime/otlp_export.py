@@ -228,7 +228,7 @@ class OtlpHttpExporter:
             log.debug("tracing: export failed: %s", type(exc).__name__)
             TRACE_SPANS_DROPPED.inc(len(spans))
             return False
-        except Exception:  # the thread's one boundary: a batch is lost, never the exporter
+        except Exception:  # boundary: the exporter's thread; a batch is lost, never the exporter
             log.exception("tracing: %d spans could not be exported", len(spans))
             TRACE_SPANS_DROPPED.inc(len(spans))
             return False

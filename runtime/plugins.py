@@ -52,14 +52,14 @@ def _import(name: str, where: str) -> object:
     try:
         module = importlib.import_module(module_name)
         return getattr(module, attr) if attr else module
-    except Exception as exc:
+    except Exception as exc:  # boundary: a plugin's own code, run by importing it
         raise ConfigError([f"{where}: cannot import {name!r} ({type(exc).__name__}: {exc})"]) from None
 
 
 def _load_entry_point(entry: EntryPoint, where: str) -> object:
     try:
         return entry.load()
-    except Exception as exc:
+    except Exception as exc:  # boundary: a plugin's own code, run by importing it
         raise ConfigError([f"{where}: cannot load {entry.value!r} ({type(exc).__name__}: {exc})"]) from None
 
 
@@ -82,7 +82,7 @@ def load_plugins(app: Any, named: Sequence[str]) -> list[str]:
             result = setup(app)
         except ConfigError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # boundary: a plugin's setup
             raise ConfigError([f"{where}: setup(app) failed ({type(exc).__name__}: {exc})"]) from None
         if inspect.isawaitable(result):
             close = getattr(result, "close", None)

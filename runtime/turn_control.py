@@ -47,7 +47,7 @@ from botweave.events import ConversationEvents
 from botweave.pipeline import Handler, Inbound, Step, TurnOutcome, TurnStatus
 from botweave.policies.gating import decide_gate
 from botweave.runtime.turns import run_events, turn_marker, user_entry
-from botweave.store import Put, Remove, Store
+from botweave.store import Put, Remove, Store, store_failures
 from botweave.types import META_RECEIVED_AT, META_REVISION, BotMessage, PlatformEvent
 
 log = logging.getLogger(__name__)
@@ -418,7 +418,7 @@ class TurnControl:
                     if time.monotonic() - renewed > RUNNING_TTL_S / 3:
                         self._store.later(Put(running_key, running, RUNNING_TTL_S))
                         renewed = time.monotonic()
-                except Exception as exc:  # noqa: BLE001 - a missed look only delays a stop
+                except store_failures() as exc:  # a missed look only delays a stop
                     log.debug("turn control could not read its signal: %s", exc)
                     continue
                 if now == seen and not waker.is_set():
@@ -438,7 +438,7 @@ class TurnControl:
         finally:
             if not child.done():  # we were cancelled ourselves (shutdown, a lost lease)
                 child.cancel()
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(BaseException):  # boundary: a cancelled turn, reported by its own
                     await child
             wakers = self._wakers.get(chat)
             if wakers is not None:
@@ -497,5 +497,5 @@ class TurnControl:
         """One short notice that a message got no answer (once: the outbox keys it)."""
         try:
             await reply.send_text(FAILED_NOTICE, purpose="failure")
-        except Exception:  # noqa: BLE001 - nothing more can be done for this message
+        except Exception:  # boundary: a turn's failure notice, the last thing its turn does
             log.warning("could not tell %s that its message failed", reply.origin.platform, exc_info=True)

@@ -20,8 +20,6 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("bots", "adapters", "gateway", "media", "memory", "policies", "push", "rooms", "runtime", "tools")
 MARK = "# boundary:"
@@ -29,7 +27,7 @@ BROAD = frozenset({"Exception", "BaseException"})
 
 # Every broad catch in the package today, marked or not. Lower it when one goes; raising it
 # needs a new boundary, named in its comment.
-MOST_BROAD_CATCHES = 87
+MOST_BROAD_CATCHES = 77
 
 
 @dataclass(frozen=True)
@@ -127,13 +125,6 @@ def test_the_broad_catches_do_not_grow():
     assert len(catches) <= MOST_BROAD_CATCHES, "\n".join(map(str, catches))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the broad catches in runtime/{durable,handling,intake,model_host,ops,plugins,tracing,"
-    "turn_control}.py, bots/store/, bots/delivery.py, bots/model_calls.py and adapters/discord/ "
-    "sit in files other branches are reworking; they are marked or narrowed once those are merged, "
-    "and then this mark goes",
-)
 def test_every_broad_catch_names_its_boundary():
     unmarked = [c for c in package_catches() if not c.marked]
     assert not unmarked, f"{len(unmarked)} broad catch(es) without a '{MARK}' comment:\n" + "\n".join(

@@ -601,9 +601,11 @@ class _RedisLogFeed(LogFeed):
     async def _drop(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
+            from redis.exceptions import RedisError
+
             try:
                 await pubsub.aclose()
-            except Exception as exc:  # noqa: BLE001 - a connection that broke may not close cleanly
+            except (RedisError, OSError) as exc:  # a connection that broke may not close cleanly
                 log.debug("closing a broken log feed: %s", exc)
 
     async def __aiter__(self) -> AsyncIterator[LogEntry]:

@@ -204,11 +204,11 @@ class RedisLeader:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 for wait in waits:
                     wait.cancel()
-            except Exception:
+            except Exception:  # boundary: a platform's connection, started again after a pause
                 log.exception("%s: the platform connection failed; retrying", self.platform)
                 await pause(stop, 1.0)
             finally:
                 self.adapter = None
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # boundary: a platform's stop, on the way out
                     await adapter.stop()
                 await lease.release()

@@ -40,6 +40,7 @@ from botweave.store.redis_lease import Lease, RedisLeader
 from botweave.store.redis_lease import pause as _pause
 from botweave.tasks import TaskOwner, spawn
 from botweave.types import BotMessage
+from redis.exceptions import RedisError, ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,6 @@ class InboundStream(InboundCarrier):
         await self.ensure_group()
 
     async def ensure_group(self) -> None:
-        from redis.exceptions import ResponseError
-
         try:
             await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
         except ResponseError as exc:
@@ -243,7 +242,7 @@ class InboundStream(InboundCarrier):
             await asyncio.wait([*waiting.values(), *left.values()], timeout=1.0)
         unfinished = sorted({*waiting, *left})
         if unfinished:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*outage_errors(), RedisError):
                 await self.redis.xclaim(
                     self.stream, GROUP, self.consumer, min_idle_time=0, message_ids=unfinished,
                     idle=int(self.lease * 1000) * 10, justid=True,
@@ -268,8 +267,6 @@ class InboundStream(InboundCarrier):
         self._room.set()
 
     async def _read(self, count: int, stop: asyncio.Event) -> list[tuple[str, dict[str, str]]]:
-        from redis.exceptions import ResponseError
-
         began = asyncio.get_running_loop().time()
         asked = self._patience.clock()
         try:
@@ -279,7 +276,7 @@ class InboundStream(InboundCarrier):
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
                 log.warning("the inbound stream's consumer group is gone (Redis restarted empty?); creating it again")
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*outage_errors(), RedisError):
                     await self.ensure_group()
                 return []
             raise
@@ -311,7 +308,7 @@ class InboundStream(InboundCarrier):
                 expired = await self._expired()
             except passing_errors() as exc:
                 self._patience.failed(exc, began=asked)
-            except Exception as exc:  # noqa: BLE001 - the claim loop must survive anything
+            except Exception as exc:  # boundary: the claim loop, a background loop that must outlive any one look
                 log.warning("looking for abandoned inbound items failed (%s); retrying", exc)
             if loop.time() - began > SLOW_READ_S:
                 # The store stood still while we looked: what seemed abandoned may only have
@@ -399,7 +396,7 @@ class InboundStream(InboundCarrier):
                 )
             except passing_errors() as exc:
                 self._patience.failed(exc, began=asked)
-            except Exception:  # noqa: BLE001
+            except RedisError:
                 log.debug("touching in-flight entries failed", exc_info=True)
 
     async def _process(self, entry_id: str, fields: dict[str, str], handler: Handler) -> None:
@@ -423,7 +420,7 @@ class InboundStream(InboundCarrier):
         except LeaseLost:
             log.warning("inbound entry %s: its conversation was taken over; left to the new holder", entry_id)
             return
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*outage_errors(), RedisError):
             await self._patience.run(
                 lambda: self.redis.xack(self.stream, GROUP, entry_id), passing_errors(), grace=PUBLISH_PATIENCE_S
             )
@@ -434,7 +431,7 @@ class InboundStream(InboundCarrier):
             await handler(item)
         except outage_errors():
             raise
-        except Exception:
+        except Exception:  # boundary: a turn read from the stream
             log.exception("turn for inbound entry %s failed; acknowledged so it is not retried forever", entry_id)
 
     async def _get_done(self, done_key: str) -> int:
@@ -495,7 +492,7 @@ class InboundStream(InboundCarrier):
             lost.cancel()
             if not running.done():
                 running.cancel()
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(BaseException):  # boundary: a cancelled turn, reported by its own
                     await running
         if running.cancelled():
             raise LeaseLost(lease.key)

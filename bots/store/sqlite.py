@@ -204,7 +204,7 @@ class _Worker:
     def _main(self) -> None:
         try:
             db = self._open()
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: the store's thread, its failure to open handed to every waiter
             self._tell(self.closed)
             self._tell(self.opened, exc)
             self._fail_queued(exc)
@@ -272,12 +272,12 @@ class _Worker:
                 db.execute("SAVEPOINT op")
                 try:
                     job.outcome = (False, job.run(db))
-                except Exception as exc:
+                except Exception as exc:  # boundary: the store's thread hands each job its own error
                     db.execute("ROLLBACK TO op")
                     job.outcome = (True, _outage(exc))
                 db.execute("RELEASE op")
             db.execute("COMMIT")
-        except Exception as exc:
+        except Exception as exc:  # boundary: the store's thread, the batch's failure handed to its jobs
             if db.in_transaction:
                 try:
                     db.execute("ROLLBACK")
