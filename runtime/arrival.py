@@ -27,7 +27,7 @@ Three ways in: `submit` (`App.submit`: the intake records the item), `recorded` 
 intake reads back from its record: the journal at start, the shared stream), and `handle`
 (`App.handle`: an item handed over directly, answered in the caller). Every turn passes
 through `App.handle`, so whoever wraps it sees every item; each is counted once, by how it
-ended, and is part of the queue depth while it runs.
+ended, and is part of the queue depth while it waits in `App.handle` or runs.
 """
 
 from __future__ import annotations
@@ -249,8 +249,6 @@ class ArrivalChain:
             place, arrival.place = arrival.place, None  # its turn's task holds it from now on
             self.tasks.spawn(self._detached(arrival, record, place), name="handle an inbound item")
             return None
-        if arrival.place is not None:
-            await arrival.place.wait()
         if record is None and arrival.recorder is None:
             return await self._turn(arrival)  # handed over: in `App.handle` already
         return await arrival.inbox.handle(arrival.item, arrival=arrival)
@@ -267,6 +265,9 @@ class ArrivalChain:
     # --- the turn -------------------------------------------------------------------------------
 
     async def _turn(self, arrival: Arrival) -> TurnOutcome:
+        """The item's turn, once its place comes (waiting for it is part of the queue depth)."""
+        if arrival.place is not None:
+            await arrival.place.wait()
         item = arrival.item
         if isinstance(item, PlatformEvent):
             return await self._event(item, arrival.inbox)
