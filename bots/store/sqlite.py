@@ -34,7 +34,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -101,7 +100,10 @@ def sqlite_path(url: str, base: Path | None = None) -> Path:
 class _Job:
     run: Callable[[Db], Any]
     write: bool
-    future: asyncio.Future[Any]
+    #: Who waits for the outcome; None for a deferred write (`later`), which nobody awaits:
+    #: the thread then neither wakes the event loop for it nor reports anything but a failure.
+    future: asyncio.Future[Any] | None
+    keys: tuple[str, ...] = ()  # a deferred write's keys, for its failure's log line
     outcome: tuple[bool, Any] = field(default=(False, None))  # (failed, result or exception)
 
 
@@ -118,7 +120,7 @@ def _outage(exc: BaseException) -> BaseException:
 def _settle(jobs: list[_Job]) -> None:
     """On the event loop: hand each finished job's outcome to whoever still waits for it."""
     for job in jobs:
-        if job.future.done():
+        if job.future is None or job.future.done():
             continue  # its caller gave up (cancelled); the operation still happened or not as reported
         failed, value = job.outcome
         if failed:
@@ -165,6 +167,10 @@ class _Worker:
         future: asyncio.Future[T] = self.loop.create_future()
         self.jobs.put(_Job(run, write, future))
         return future
+
+    def defer(self, run: Callable[[Db], None], keys: tuple[str, ...]) -> None:
+        """Queue a write nobody waits for: it runs in order with everything else."""
+        self.jobs.put(_Job(run, True, None, keys))
 
     # --- in the thread ------------------------------------------------------------------
 
@@ -228,6 +234,8 @@ class _Worker:
             if job is not None:
                 job.outcome = (True, exc)
                 failed.append(job)
+        _report_deferred(failed)
+        failed = [job for job in failed if job.future is not None]
         if failed and self.loop is not None:
             try:
                 self.loop.call_soon_threadsafe(_settle, failed)
@@ -251,9 +259,13 @@ class _Worker:
                     break
                 batch.append(more)
             self._run(db, batch)
+            _report_deferred(batch)
+            waited = [job for job in batch if job.future is not None]
+            if not waited:
+                continue  # only deferred writes, all done: nothing for the loop to do
             assert self.loop is not None
             try:
-                self.loop.call_soon_threadsafe(_settle, batch)
+                self.loop.call_soon_threadsafe(_settle, waited)
             except RuntimeError:  # the loop is gone: nobody is waiting any more
                 return
 
@@ -298,15 +310,13 @@ class _Worker:
             _drop(db, key)
 
 
-def _deferred_done(operations: Sequence[Operation], done: asyncio.Future[None]) -> None:
-    """A deferred write's outcome: nobody awaits it, so a failure is logged here (by key only:
-    values may hold what people wrote)."""
-    if done.cancelled():
-        return
-    exc = done.exception()
-    if exc is not None:
-        keys = ", ".join(op.key for op in operations)
-        log.warning("a deferred write to the SQLite store failed and was dropped (%s): %s", keys, exc)
+def _report_deferred(jobs: list[_Job]) -> None:
+    """In the thread: nobody awaits a deferred write, so its failure is logged here (by key
+    only: values may hold what people wrote)."""
+    for job in jobs:
+        failed, exc = job.outcome
+        if job.future is None and failed:
+            log.warning("a deferred write to the SQLite store failed and was dropped (%s): %s", ", ".join(job.keys), exc)
 
 
 def _drop(db: Db, key: str) -> None:
@@ -362,8 +372,7 @@ class SQLiteStore(Store):
         if not operations:
             return
         worker = self._queue()
-        done = worker.submit(lambda db: self._apply_all(db, operations), True)
-        done.add_done_callback(partial(_deferred_done, operations))
+        worker.defer(lambda db: self._apply_all(db, operations), tuple(op.key for op in operations))
         if worker.opened is None and not self._connecting:
             self._connecting = True  # someone must open the file for them
             spawn(self.connect(), name="connect the SQLite store for deferred writes")
