@@ -18,6 +18,7 @@ It cannot see, so each image it is shown is described by its type and size (`[im
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -137,6 +138,9 @@ class OfflineCalls:
     """`ModelCalls` for `offline/` models: the echo model's answer, made here."""
 
     async def answer(self, request: dict[str, Any]) -> ModelOutput:
+        # As a provider's answer would, it comes after a pass of the loop: what the turn
+        # started beside the call (its typing indicator, say) gets to begin first.
+        await asyncio.sleep(0)
         result = reply_to(request)
         if result.tool is not None:
             return ModelOutput(calls=(CallPart(0, _call_id(), result.tool, result.arguments),), usage=NO_TOKENS)
@@ -144,6 +148,7 @@ class OfflineCalls:
 
     async def stream(self, request: dict[str, Any]) -> AsyncIterator[ModelOutput]:
         """Word by word, as a provider streams; the token counts come last."""
+        await asyncio.sleep(0)
         result = reply_to(request)
         if result.tool is not None:
             yield ModelOutput(calls=(CallPart(0, _call_id(), result.tool, result.arguments),))
