@@ -87,11 +87,12 @@ def test_approval_in_a_terminal_reads_well_and_the_agent_answers_after_it(termin
     term.wait_for("Ctrl-D to leave")
     term.wait_for(lambda screen: screen.rstrip().endswith("›"))
     term.type('call refund {"order_id": "A-1001", "amount": 25}')
-    screen = term.wait_for("[1] Approve  [2] Deny")
+    term.wait_for("[1] Approve  [2] Deny")
+    # the owner's notification of the request follows it, from the push layer's own task
+    screen = term.wait_for("(notification: Activity in support; /notify changes what you are sent)")
     assert "```" not in screen
     assert '    "order_id": "A-1001",' in screen
     assert "\nActivity in support\n" not in screen
-    assert "(notification: Activity in support; /notify changes what you are sent)" in screen
     time.sleep(0.3)
     term.type("1")
     screen = term.wait_for("support (offline echo): refund returned refunded 25.00 on A-1001")
