@@ -25,7 +25,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
@@ -214,6 +214,28 @@ def _live_key(approval_id: str) -> str:
 
 
 PENDING = "approvals:pending:"
+
+
+async def orphans(
+    store: Store, pending: str, keys: Callable[[str], tuple[str, str, str]], expired: str
+) -> AsyncIterator[tuple[str, str, str]]:
+    """The waiting questions under `pending` whose turn runs in no process any more (after a
+    restart): each one's id, its stored record and how it ended, which is `expired`, written
+    now, unless an outcome was stored before. `keys(id)` names its live, record and outcome
+    keys. A pending entry whose record is gone is removed."""
+    for key in await store.keys(pending):
+        item_id = key.removeprefix(pending)
+        live, record, outcome = keys(item_id)
+        if await store.get(live) is not None:
+            continue  # a turn in another process still waits for it
+        raw = await store.get(record)
+        if raw is None:
+            await store.delete(key)
+            continue
+        if await store.set_if_absent(outcome, expired, ttl=KEEP_S):
+            yield item_id, raw, expired
+        else:
+            yield item_id, raw, await store.get(outcome) or expired
 
 
 async def settled(
@@ -494,22 +516,12 @@ class ApprovalDesk:
         """Report every request whose turn no longer runs (asked before this process started,
         by a process that is gone): decided as expired and its message edited, or, if it was
         decided but never shown, shown. Returns how many were closed."""
+        def keys(approval_id: str) -> tuple[str, str, str]:
+            return _live_key(approval_id), _request_key(approval_id), _decision_key(approval_id)
+
         closed = 0
-        for key in await self._store.keys(PENDING):
-            approval_id = key.removeprefix(PENDING)
-            if await self._store.get(_live_key(approval_id)) is not None:
-                continue  # a turn in another process still waits for it
-            raw = await self._store.get(_request_key(approval_id))
-            if raw is None:
-                await self._store.delete(key)
-                continue
-            request = Request.from_json(raw)
-            expired = Decision("expired")
-            if await self._store.set_if_absent(_decision_key(approval_id), expired.to_json(), ttl=KEEP_S):
-                decision = expired
-            else:
-                decided = await self._store.get(_decision_key(approval_id))
-                decision = Decision.from_json(decided) if decided else expired
+        async for approval_id, raw, decided in orphans(self._store, PENDING, keys, Decision("expired").to_json()):
+            request, decision = Request.from_json(raw), Decision.from_json(decided)
             log.info("approval %s of %s: its turn stopped before the end; reported %s", approval_id, request.tool,
                      decision.outcome)
             await self._close(request, decision)

@@ -37,7 +37,7 @@ from botweave.tasks import TaskOwner
 from botweave.tooling import ToolContext
 from botweave.types import BotMessage, Button, PlatformEvent, PressAnswer
 
-from .approvals import KEEP_S, LIVE_TTL_S, POLL_S, settled
+from .approvals import KEEP_S, LIVE_TTL_S, POLL_S, orphans, settled
 
 log = logging.getLogger(__name__)
 
@@ -464,22 +464,12 @@ class AskDesk:
     async def sweep(self) -> int:
         """Report every question whose turn no longer runs (asked by a process that is gone):
         ended as expired and its message edited. Returns how many were closed."""
+        def keys(ask_id: str) -> tuple[str, str, str]:
+            return _live_key(ask_id), _question_key(ask_id), _answer_key(ask_id)
+
         closed = 0
-        for key in await self._store.keys(PENDING):
-            ask_id = key.removeprefix(PENDING)
-            if await self._store.get(_live_key(ask_id)) is not None:
-                continue  # a turn in another process still waits for it
-            raw = await self._store.get(_question_key(ask_id))
-            if raw is None:
-                await self._store.delete(key)
-                continue
-            asked = Question.from_json(raw)
-            expired = Answer("expired")
-            if await self._store.set_if_absent(_answer_key(ask_id), expired.to_json(), ttl=KEEP_S):
-                answer = expired
-            else:
-                ended = await self._store.get(_answer_key(ask_id))
-                answer = Answer.from_json(ended) if ended else expired
+        async for ask_id, raw, ended in orphans(self._store, PENDING, keys, Answer("expired").to_json()):
+            asked, answer = Question.from_json(raw), Answer.from_json(ended)
             log.info("question %s: its turn stopped before the end; reported %s", ask_id, answer.outcome)
             await self._store.delete(_waiting_key(asked.conversation, asked.asked_id))
             await self._close(asked, answer)
